@@ -1,0 +1,37 @@
+"""Backends: the compilers that apply a plan. ``get_backend`` resolves a name."""
+
+from __future__ import annotations
+
+from sktune.backends._base import Backend, CompiledModel, OptionSpec
+from sktune.errors import SktuneError
+
+BACKEND_NAMES = ("auto", "inductor", "npu")
+
+
+def resolve_backend_name(name: str) -> str:
+    """``auto`` → ``npu`` when torch_npu imports and a device is present, else ``inductor``."""
+    if name not in BACKEND_NAMES:
+        raise SktuneError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
+    if name != "auto":
+        return name
+    try:
+        import torch_npu  # noqa: F401  (optional extra, Ascend hosts only)
+        import torch
+
+        if torch.npu.is_available():  # type: ignore[attr-defined]
+            return "npu"
+    except Exception:
+        pass
+    return "inductor"
+
+
+def get_backend(name: str) -> Backend:
+    name = resolve_backend_name(name)
+    if name == "inductor":
+        from sktune.backends.inductor import InductorBackend
+
+        return InductorBackend()
+    raise SktuneError("the npu backend is not implemented yet (issue 3); use --backend inductor")
+
+
+__all__ = ["Backend", "CompiledModel", "OptionSpec", "get_backend", "resolve_backend_name", "BACKEND_NAMES"]
