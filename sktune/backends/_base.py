@@ -1,0 +1,65 @@
+"""The backend contract: turn a Plan into a runnable model, and say what it can tune.
+
+Rules every backend keeps:
+- ``compile(graph, plan)`` returns a callable taking the graph's flat arguments
+  (``OpGraph.args_for``) and returning the flat outputs, exactly as ``graph.gm`` does.
+  It fuses exactly ``grouping.regions(len(graph.ops), plan.scopes)``.
+- ``reference(graph)`` is the unfused run that candidates must reproduce bit for bit.
+- ``option_space(graph)`` lists only options that can matter on this device.
+- Compiling must not leak global state into the next compile (same plan, same result).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from sktune.graph.opgraph import OpGraph
+from sktune.space.plan import Plan
+
+CompiledModel = Callable[..., Sequence[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One tunable backend option: its domain, default, and whether it may change numerics."""
+
+    name: str
+    choices: tuple[Any, ...]
+    default: Any
+    may_change_numerics: bool
+    doc: str = ""
+
+
+class Backend(ABC):
+    """Applies plans with one real compiler. See the module docstring for the rules."""
+
+    name: str = ""
+
+    @abstractmethod
+    def option_space(self, graph: OpGraph) -> list[OptionSpec]:
+        """Options worth searching for this graph on this device."""
+
+    @abstractmethod
+    def unsafe_op_types(self) -> frozenset[str]:
+        """Op types known to break bitwise equality when fused on this backend."""
+
+    @abstractmethod
+    def fallback_candidates(self, graph: OpGraph) -> list[str]:
+        """Op types in ``graph`` that can stay inside a region as their precompiled kernel."""
+
+    @abstractmethod
+    def compile(self, graph: OpGraph, plan: Plan) -> CompiledModel:
+        """The model with the plan applied, called with the graph's flat arguments."""
+
+    def reference(self, graph: OpGraph) -> CompiledModel:
+        """The unfused run; by default the captured graph executed eagerly."""
+        return graph.gm
+
+    def environment(self) -> dict[str, str]:
+        """Versions and device facts recorded with every study."""
+        return {"torch": torch.__version__}

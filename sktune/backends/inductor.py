@@ -1,0 +1,179 @@
+"""The ``inductor`` backend: each fused region is compiled by PyTorch Inductor.
+
+Everything outside the plan's regions stays eager, inline in the top-level FX graph.
+Regions are compiled with ``compile_fx`` (no Dynamo guards per call) and called directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import fx
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from sktune.backends._base import Backend, CompiledModel, OptionSpec
+from sktune.graph.grouping import regions
+from sktune.graph.opgraph import OpGraph, op_nodes
+from sktune.space.plan import Plan
+
+aten = torch.ops.aten
+
+# Op types (as named in the op list) → the ATen ops that implement them. Fallbacks keep
+# these ATen kernels inside a region, bit-identical to eager, instead of re-generating them.
+FALLBACK_ATEN: dict[str, tuple[str, ...]] = {
+    "mean": ("mean",),
+    "softmax": ("_softmax",),
+    "log_softmax": ("_log_softmax",),
+    "gelu": ("gelu",),
+    "sin": ("sin",),
+    "cos": ("cos",),
+    "tanh": ("tanh",),
+    "exp": ("exp",),
+    "erf": ("erf",),
+    "sum": ("sum",),
+    "var": ("var",),
+    "layer_norm": ("native_layer_norm",),
+}
+
+# Measured on CPU (docs/design.md): fused versions of these differ from eager by 1-5 ULP.
+UNSAFE_OP_TYPES = frozenset(FALLBACK_ATEN)
+
+FALLBACK_OPTION = "fallback_ops"
+
+OPTIONS = (
+    OptionSpec("emulate_precision_casts", (False, True), False, True,
+               "round intermediates to the source dtype like eager does; makes bf16 fusion bitwise"),
+    OptionSpec("cpp_wrapper", (False, True), False, False, "C++ wrapper instead of Python around kernels"),
+    OptionSpec("max_fusion_size", (16, 64, 256), 64, False, "largest number of nodes fused into one kernel"),
+    OptionSpec("aggressive_fusion", (False, True), False, True, "fuse nodes without shared memory access"),
+    OptionSpec("epilogue_fusion", (True, False), True, True, "fuse pointwise epilogues into templates"),
+    OptionSpec("layout_optimization", (True, False), True, True, "channels-last for convolutions"),
+)
+
+
+class _FallbackKey(CustomGraphPass):
+    """A no-op pass whose uuid puts the fallback set into Inductor's FX-graph cache key."""
+
+    def __init__(self, fallbacks: tuple[str, ...]) -> None:
+        self.fallbacks = fallbacks
+
+    def __call__(self, graph: fx.Graph) -> None:
+        return None
+
+    def uuid(self) -> Any:
+        return "sktune-fallbacks:" + ",".join(self.fallbacks)
+
+
+@contextlib.contextmanager
+def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[dict[Any, Any]]:
+    """Make ``op_types`` Inductor fallbacks for one compile; restore the global tables after.
+
+    Yields the decomposition table to pass to ``compile_fx`` (the ops removed from it).
+    """
+    from torch._inductor import lowering
+    from torch._inductor.decomposition import select_decomp_table
+
+    decompositions = dict(select_decomp_table())
+    saved_lowerings = dict(lowering.lowerings)
+    try:
+        for op_type in op_types:
+            for aten_name in FALLBACK_ATEN[op_type]:
+                packet = getattr(aten, aten_name)
+                for overload in packet.overloads():
+                    decompositions.pop(getattr(packet, overload), None)
+                lowering.make_fallback(packet, override_decomp=True, warn=False)
+        yield decompositions
+    finally:
+        lowering.lowerings.clear()
+        lowering.lowerings.update(saved_lowerings)
+
+
+class _Region:
+    """A compiled region as an FX call target (FX needs a name; Inductor returns a bare function)."""
+
+    def __init__(self, fn: Any, name: str) -> None:
+        self.fn = fn
+        self.__name__ = name
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+class InductorBackend(Backend):
+    name = "inductor"
+
+    def __init__(self, kernel_profile: bool = False) -> None:
+        self.kernel_profile = kernel_profile  # name kernels in profiles (recompiles)
+
+    def option_space(self, graph: OpGraph) -> list[OptionSpec]:
+        has_conv = any(op.target.startswith("conv") for op in graph.ops)
+        # layout_optimization only touches convolutions: searching it elsewhere is noise.
+        return [o for o in OPTIONS if o.name != "layout_optimization" or has_conv]
+
+    def unsafe_op_types(self) -> frozenset[str]:
+        return UNSAFE_OP_TYPES
+
+    def fallback_candidates(self, graph: OpGraph) -> list[str]:
+        return sorted({op.target for op in graph.ops if op.target in FALLBACK_ATEN})
+
+    def config_patches(self, plan: Plan) -> dict[str, Any]:
+        options = plan.option_dict
+        known = {o.name for o in OPTIONS}
+        unknown = set(options) - known - {FALLBACK_OPTION}
+        if unknown:
+            raise ValueError(f"unknown inductor option(s) {sorted(unknown)}; known: {sorted(known | {FALLBACK_OPTION})}")
+        patches = {k: v for k, v in options.items() if k != FALLBACK_OPTION}
+        patches["post_grad_custom_pre_pass"] = _FallbackKey(tuple(sorted(options.get(FALLBACK_OPTION, []))))
+        if self.kernel_profile:
+            patches["cpp.enable_kernel_profile"] = True
+        return patches
+
+    def compile(self, graph: OpGraph, plan: Plan) -> CompiledModel:
+        from torch._inductor.compile_fx import compile_fx
+        from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+        spans = regions(len(graph.ops), plan.scopes)
+        if not spans:
+            return graph.gm
+        gm = copy.deepcopy(graph.gm)
+        nodes = op_nodes(gm)
+        partitions: list[dict[fx.Node, int | None]] = [
+            {nodes[i]: None for i in range(first, last + 1)} for first, last in spans
+        ]
+        gm = fuse_by_partitions(gm, partitions, prefix="sk_region_")
+        region_args = _region_inputs(gm, graph.flat_args)
+        fallbacks = tuple(sorted(plan.option_dict.get(FALLBACK_OPTION, [])))
+        unknown = [f for f in fallbacks if f not in FALLBACK_ATEN]
+        if unknown:
+            raise ValueError(f"no fallback known for op type(s) {unknown}; known: {sorted(FALLBACK_ATEN)}")
+        patches = self.config_patches(plan)
+        for node in [n for n in gm.graph.nodes if n.op == "call_module"]:
+            sub = gm.get_submodule(str(node.target))
+            with fallbacks_installed(fallbacks) as decompositions:
+                fn = compile_fx(sub, region_args[node.name], config_patches=patches, decompositions=decompositions)
+            delattr(gm, str(node.target))
+            node.op, node.target = "call_function", _Region(fn, str(node.target))
+        gm.recompile()
+        return gm
+
+
+def _region_inputs(gm: fx.GraphModule, flat_args: tuple[torch.Tensor, ...]) -> dict[str, list[Any]]:
+    """Run ``gm`` eagerly once and record the real arguments each region is called with."""
+    seen: dict[str, list[Any]] = {}
+
+    class Recorder(fx.Interpreter):
+        def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+            seen[self.current_node_name] = list(args)
+            return super().call_module(target, args, kwargs)
+
+        def run_node(self, n: fx.Node) -> Any:
+            self.current_node_name = n.name
+            return super().run_node(n)
+
+    with torch.no_grad():
+        Recorder(gm).run(*flat_args)
+    return seen

@@ -1,0 +1,25 @@
+"""Domain errors end at the CLI edge as one clear message and exit code 1."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import typer
+from rich.console import Console
+
+err_console = Console(stderr=True)
+
+
+@contextlib.contextmanager
+def user_errors(debug: bool) -> Iterator[None]:
+    """Print SktuneError as ``error: ...`` (exit 1); ``--debug`` shows the traceback."""
+    from sktune.errors import SktuneError
+
+    try:
+        yield
+    except SktuneError as exc:
+        if debug:
+            raise
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        raise typer.Exit(1) from None

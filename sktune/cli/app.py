@@ -1,0 +1,25 @@
+"""The ``sktune`` command line: one module per command, heavy imports inside commands."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from sktune.cli.inspect_cmd import inspect_command
+from sktune.cli.run_cmd import run_command
+
+app = typer.Typer(
+    name="sktune",
+    help="Profiling-driven autotuner for kernel fusion (SuperKernel scopes and options).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("run")(run_command)
+app.command("inspect")(inspect_command)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()

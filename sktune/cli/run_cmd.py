@@ -1,0 +1,112 @@
+"""``sktune run MODEL.py``: tune, with progress on screen; the study is saved as it goes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from sktune.cli._errors import err_console, user_errors
+
+BackendName = Annotated[str, typer.Option(help="auto | inductor | npu")]
+
+
+def run_command(
+    model: Annotated[Path, typer.Argument(help="Python file defining build_model() and example_inputs(seed).")],
+    backend: BackendName = "auto",
+    trials: Annotated[int, typer.Option(min=1, help="Trials to run in this invocation.")] = 30,
+    timeout: Annotated[float | None, typer.Option(min=1, help="Stop starting new trials after this many seconds.")] = None,
+    study: Annotated[str | None, typer.Option(help="Study name (default: MODEL-BACKEND). Same name + storage resumes.")] = None,
+    storage: Annotated[str, typer.Option(help="Optuna storage URL (default: SQLite file in the working directory).")] = "sqlite:///sktune.db",
+    seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
+    threads: Annotated[int, typer.Option(min=1, help="CPU threads for compiled and eager runs (1 is the least noisy).")] = 1,
+    input_sets: Annotated[int, typer.Option(min=1, help="Input sets (seeds) every candidate is verified on.")] = 3,
+    trial_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a trial's worker is killed as hung.")] = 300.0,
+    summary_json: Annotated[Path | None, typer.Option(help="Write the machine-readable summary here.")] = None,
+    debug: Annotated[bool, typer.Option(help="Show tracebacks and debug logs.")] = False,
+) -> None:
+    """Search fusion scopes and backend options; keep only bitwise-exact candidates."""
+    with user_errors(debug):
+        from sktune.backends import resolve_backend_name
+        from sktune.errors import SktuneError
+        from sktune.tuning.tune import TuneSettings, summary, tune
+
+        if not model.is_file():
+            raise SktuneError(f"model file not found: {model}")
+        settings = TuneSettings(
+            model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, timeout=timeout,
+            study_name=study, storage=storage, seed=seed, threads=threads, input_sets=input_sets,
+            trial_timeout=trial_timeout,
+        )
+        progress = _Progress(trials)
+        try:
+            with progress:
+                result = tune(settings, callbacks=[progress.on_trial], on_ready=progress.on_ready)
+        except KeyboardInterrupt:
+            err_console.print(
+                f"interrupted: completed trials are saved in study {settings.study!r}; "
+                "run the same command again to resume"
+            )
+            raise typer.Exit(130) from None
+        data = summary(result)
+    _print_summary(data)
+    if summary_json is not None:
+        summary_json.write_text(json.dumps(data, indent=2))
+        err_console.print(f"summary written to {summary_json}")
+
+
+class _Progress:
+    """A rich progress bar whose description shows the best exact speedup so far."""
+
+    def __init__(self, total: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=err_console, transient=False)
+        self.task = self.progress.add_task("starting worker (load, capture, reference)…", total=total)
+
+    def __enter__(self) -> "_Progress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def on_ready(self, study: Any, description: dict[str, Any]) -> None:
+        self.progress.update(self.task, description=f"{study.study_name}: {len(description['ops'])} ops, tuning…")
+
+    def on_trial(self, study: Any, trial: Any) -> None:
+        from sktune.tuning.study import best_record
+
+        best = best_record(study)
+        text = f"{study.study_name}: best exact {1 / best.ratio:.2f}× (trial {best.number})" if best else study.study_name
+        self.progress.update(self.task, advance=1, description=text)
+
+
+def _print_summary(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def us(seconds: float | None) -> str:
+        return f"{seconds * 1e6:,.1f}" if seconds else "—"
+
+    # Each row is timed against the unfused baseline in the same run (interleaved).
+    table = Table("configuration", "step µs", "unfused µs (same run)", "speedup (95% CI)", "bitwise",
+                  title=f"study {data['study']}")
+    fuse_all = data.get("fuse_all")
+    if fuse_all:
+        table.add_row("fuse everything", us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
+                      f"{1 / fuse_all['ratio']:.2f}×", "yes" if fuse_all["bitwise"] else "no")
+    if data["speedup"]:
+        lo, hi = data["speedup_ci"]
+        table.add_row(f"best (trial {data['best_trial']})", us(data["best_s"]), us(data["baseline_s"]),
+                      f"{data['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]", "yes")
+    console = Console()
+    console.print(table)
+    console.print(
+        f"trials: {data['n_trials']} ({data['n_complete']} complete, {data['n_infeasible']} infeasible "
+        f"(not bitwise), {data['n_failed']} failed); verified on {data['input_sets']} input sets; "
+        f"{data['threads']} thread(s)"
+    )

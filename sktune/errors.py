@@ -1,0 +1,17 @@
+"""Errors a user can fix. The CLI prints them as one message (exit 1), no traceback."""
+
+
+class SktuneError(Exception):
+    """A problem with the user's input or environment, explained in its message."""
+
+
+class ModelFileError(SktuneError):
+    """The model file is missing, broken, or does not follow the contract."""
+
+
+class CaptureError(SktuneError):
+    """The forward could not be captured as one FX graph."""
+
+
+class NondeterministicModelError(SktuneError):
+    """The unfused reference does not reproduce itself, so bitwise checks are meaningless."""

@@ -1,0 +1,83 @@
+"""Capture a model's forward once as one FX graph (Dynamo, fullgraph)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import torch
+from torch import fx
+
+from sktune.errors import CaptureError
+from sktune.graph.boundaries import legal_boundaries, tuple_spans
+from sktune.graph.opgraph import Op, OpGraph, op_nodes
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_ROOT = re.compile(r"^L\['[^']*'\]")
+
+
+def op_type(node: fx.Node, gm: fx.GraphModule) -> str:
+    """A short, stable op-type name: ``linear``, ``mean``, ``mul``, ``getitem``..."""
+    if node.op == "call_module":
+        return type(gm.get_submodule(str(node.target))).__name__
+    if node.op == "call_method":
+        return str(node.target)
+    return getattr(node.target, "__name__", str(node.target)).lstrip("_")
+
+
+def module_of(node: fx.Node) -> tuple[str, str]:
+    """(module path, module class name) of the innermost module that ran ``node``."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "", ""
+    path, cls = list(stack.values())[-1]
+    path = _ROOT.sub("", str(path)).lstrip(".")
+    path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path).lstrip(".")
+    return path, getattr(cls, "__name__", str(cls))
+
+
+def source_of(node: fx.Node) -> str:
+    """``file:line`` of the innermost frame of the node's stack trace."""
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    if not frames:
+        return ""
+    file, line, _ = frames[-1]
+    return f"{file}:{line}"
+
+
+def capture(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> OpGraph:
+    """Trace ``model(*inputs)`` into one FX graph; a graph break is an error naming where."""
+    captured: list[tuple[fx.GraphModule, list[torch.Tensor]]] = []
+
+    def backend(gm: fx.GraphModule, example_inputs: list[torch.Tensor]):  # type: ignore[no-untyped-def]
+        captured.append((gm, list(example_inputs)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=backend, fullgraph=True, dynamic=False)(*inputs)
+    except torch._dynamo.exc.Unsupported as exc:
+        raise CaptureError(f"the forward cannot be captured as one graph (graph break):\n{_short(exc)}") from exc
+    except Exception as exc:  # the user's forward itself failed while being traced
+        raise CaptureError(f"capturing the forward failed: {type(exc).__name__}: {_short(exc)}") from exc
+    finally:
+        torch._dynamo.reset()
+    if len(captured) != 1:
+        raise CaptureError(f"expected one captured graph, got {len(captured)}")
+    gm, flat_args = captured[0]
+    by_id = {id(t): i for i, t in enumerate(inputs)}
+    positions = tuple(by_id.get(id(t)) for t in flat_args)
+    nodes = op_nodes(gm)
+    ops = []
+    for i, node in enumerate(nodes):
+        module, module_type = module_of(node)
+        ops.append(Op(i, node.name, op_type(node, gm), module, module_type, source_of(node)))
+    boundaries = legal_boundaries(len(nodes), tuple_spans(nodes))
+    return OpGraph(gm, tuple(t.detach() for t in flat_args), positions, tuple(ops), tuple(boundaries))
+
+
+def _short(exc: BaseException, max_lines: int = 12) -> str:
+    """The first lines of a Dynamo message: the reason and the user frame it names."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return "\n".join(lines[:max_lines])

@@ -1,0 +1,78 @@
+"""Where a step's time goes, from torch.profiler: busy time (some op or kernel running)
+and the gap (everything else: Python, dispatch, launch) that fusion removes.
+
+The CPU profiler inflates times by 20-40 %: use it to explain, time with the clock.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+STEP = "sktune_step"
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """Per-step medians (µs) and the most expensive kernels over the profiled steps."""
+
+    step_us: float
+    busy_us: float
+    gap_us: float
+    steps: int
+    top_kernels: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _is_compute(name: str) -> bool:
+    # ATen ops (eager ops, extern kernels inside regions) and Inductor's generated kernels.
+    return name.startswith("aten::") or "cpp_fused" in name or name.startswith("triton_")
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def profile_steps(fn: Callable[[], object], steps: int = 20, warmup: int = 5, top: int = 15) -> StepProfile:
+    """Profile ``steps`` calls of ``fn`` and split each step into busy time and gap."""
+    for _ in range(warmup):
+        fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            with record_function(STEP):
+                fn()
+    events = list(prof.events())
+    step_events = sorted((e for e in events if e.name == STEP), key=lambda e: e.time_range.start)
+    compute = [e for e in events if _is_compute(e.name)]
+    per_step, busy = [], []
+    for step in step_events:
+        lo, hi = step.time_range.start, step.time_range.end
+        inside = [(max(lo, e.time_range.start), min(hi, e.time_range.end)) for e in compute
+                  if e.time_range.start < hi and e.time_range.end > lo]
+        per_step.append(hi - lo)
+        busy.append(_union_us(inside))
+    totals: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for e in compute:
+        if e.cpu_parent is None or not _is_compute(e.cpu_parent.name):  # outermost compute events only
+            totals[e.name] += e.cpu_time_total
+            counts[e.name] += 1
+    ranked = sorted(totals, key=totals.__getitem__, reverse=True)[:top]
+    kernels = [{"name": n, "total_us": totals[n] / max(len(step_events), 1), "count": counts[n] // max(len(step_events), 1)}
+               for n in ranked]
+    step_us = float(torch.tensor(per_step).median()) if per_step else 0.0
+    busy_us = float(torch.tensor(busy).median()) if busy else 0.0
+    return StepProfile(step_us, busy_us, max(step_us - busy_us, 0.0), len(step_events), kernels)

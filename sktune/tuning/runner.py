@@ -1,0 +1,156 @@
+"""Runs trials: holds the captured graph, the input sets and the reference outputs.
+
+Lives in the worker process (tuning/worker.py); tests may use it in-process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sktune.backends import get_backend
+from sktune.errors import ModelFileError, NondeterministicModelError
+from sktune.graph.capture import capture
+from sktune.graph.grouping import group_ops, regions
+from sktune.load import build, draw_inputs, load_model_file
+from sktune.measure.profile import profile_steps
+from sktune.measure.stats import paired_timing
+from sktune.measure.timer import calibrate_calls_per_batch, interleaved_batches
+from sktune.space.plan import Plan
+from sktune.verify import compare_outputs, flatten_outputs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    model_path: str
+    backend: str = "inductor"
+    threads: int = 1
+    input_sets: int = 3
+    n_batches: int = 15
+    batch_target_s: float = 0.004
+
+
+class TrialRunner:
+    """Loads and captures the model once, then applies, verifies and measures plans."""
+
+    def __init__(self, config: RunnerConfig) -> None:
+        self.config = config
+        torch.set_num_threads(config.threads)
+        torch.set_grad_enabled(False)
+        self.backend = get_backend(config.backend)
+        source = load_model_file(config.model_path)
+        self.source = source
+        model = build(source)
+        self.inputs = [draw_inputs(source, seed) for seed in range(config.input_sets)]
+        _check_same_signature(self.inputs, source.path)
+        _check_outputs_and_mutation(model, self.inputs[0], source.path)
+        self.graph = capture(model, self.inputs[0])
+        self.args = [self.graph.args_for(inputs) for inputs in self.inputs]
+        self.reference_fn = self.backend.reference(self.graph)
+        self.references = [flatten_outputs(self.reference_fn(*args)) for args in self.args]
+        for k, args in enumerate(self.args):
+            again = compare_outputs(self.references[k], flatten_outputs(self.reference_fn(*args)))
+            if again:
+                raise NondeterministicModelError(
+                    f"the model is nondeterministic: two unfused runs on input set {k} differ "
+                    f"(output {again[0].output_index}: {again[0].count} elements, max {again[0].max_ulp} ULP). "
+                    "Bitwise verification needs a deterministic model (no dropout in train mode, "
+                    "no random ops in forward, deterministic kernels)."
+                )
+
+    def describe(self) -> dict[str, Any]:
+        """What the tuner's main process needs: ops, cuts, what the backend can tune."""
+        return {
+            **self.graph.describe(),
+            "unsafe_op_types": sorted(self.backend.unsafe_op_types()),
+            "fallback_candidates": self.backend.fallback_candidates(self.graph),
+            "options": [
+                {"name": o.name, "choices": list(o.choices), "default": o.default,
+                 "may_change_numerics": o.may_change_numerics}
+                for o in self.backend.option_space(self.graph)
+            ],
+            "environment": {**self.backend.environment(), "threads": str(self.config.threads),
+                            "backend": self.backend.name},
+            "model_sha256": self.source.sha256,
+            "input_shapes": [[list(t.shape), str(t.dtype)] for t in self.inputs[0]],
+        }
+
+    def run(self, plan_json: dict[str, Any]) -> dict[str, Any]:
+        """Apply, verify on every input set, then time against the baseline (interleaved)."""
+        plan = Plan.from_json(plan_json)
+        n_ops = len(self.graph.ops)
+        started = time.perf_counter()
+        candidate = self.backend.compile(self.graph, plan)
+        compiled = time.perf_counter()
+        mismatches = []
+        for k, args in enumerate(self.args):
+            found = compare_outputs(self.references[k], flatten_outputs(candidate(*args)))
+            mismatches += [{"input_set": k, **m.to_json()} for m in found]
+        verified = time.perf_counter()
+        args0 = self.args[0]
+        calls = calibrate_calls_per_batch(lambda: self.reference_fn(*args0), self.config.batch_target_s)
+        base, cand = interleaved_batches(
+            lambda: self.reference_fn(*args0), lambda: candidate(*args0),
+            calls_per_batch=calls, n_batches=self.config.n_batches,
+        )
+        timing = paired_timing(base, cand)
+        measured = time.perf_counter()
+        return {
+            "bitwise": not mismatches,
+            "mismatches": mismatches[:20],
+            "timing": timing.to_json(),
+            "compile_s": compiled - started,
+            "verify_s": verified - compiled,
+            "measure_s": measured - verified,
+            "groups": [list(g) for g in group_ops(n_ops, plan.scopes)],
+            "regions": [list(r) for r in regions(n_ops, plan.scopes)],
+        }
+
+    def profile(self, plan_json: dict[str, Any] | None) -> dict[str, Any]:
+        """Busy time and gap of the baseline (``None``) or of a plan, kernels named."""
+        args0 = self.args[0]
+        if plan_json is None:
+            fn = self.reference_fn
+        else:
+            from sktune.backends import get_backend as _get
+
+            backend = _get(self.config.backend)
+            if hasattr(backend, "kernel_profile"):
+                backend.kernel_profile = True  # Inductor names kernels only when compiled so
+            fn = backend.compile(self.graph, Plan.from_json(plan_json))
+        return profile_steps(lambda: fn(*args0)).to_json()
+
+
+def _check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path) -> None:
+    first = [(tuple(t.shape), t.dtype) for t in input_sets[0]]
+    for seed, inputs in enumerate(input_sets[1:], start=1):
+        if [(tuple(t.shape), t.dtype) for t in inputs] != first:
+            raise ModelFileError(
+                f"example_inputs({seed}) in {path} returns other shapes or dtypes than example_inputs(0); "
+                "each seed must draw new values with the same shapes and dtypes"
+            )
+
+
+def _check_outputs_and_mutation(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> None:
+    before = [t.clone() for t in inputs]
+    try:
+        out = model(*inputs)
+    except Exception as exc:
+        raise ModelFileError(f"the model's forward raised {type(exc).__name__}: {exc}") from exc
+    try:
+        flatten_outputs(out)
+    except TypeError as exc:
+        raise ModelFileError(f"the forward of {path} must return tensors: {exc}") from exc
+    for k, (old, new) in enumerate(zip(before, inputs)):
+        if not torch.equal(old, new):
+            raise ModelFileError(
+                f"the forward of {path} modifies its input {k} in place; sktune runs the model "
+                "many times on the same inputs, so the forward must not mutate them"
+            )

@@ -1,0 +1,146 @@
+"""The tuning loop: worker + space + study, one trial at a time."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from sktune.graph.grouping import group_ops
+from sktune.space.plan import Plan
+from sktune.space.search_space import SearchSpace
+from sktune.tuning import study as studies
+from sktune.tuning.worker import SupervisedWorker, WorkerFailure, runner_config
+
+log = logging.getLogger(__name__)
+
+
+class TrialFailed(Exception):
+    """The worker gave no result for a trial (hang, crash, compile error): recorded as FAIL."""
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    model_path: Path
+    backend: str = "inductor"
+    trials: int = 30
+    timeout: float | None = None
+    study_name: str | None = None
+    storage: str = studies.DEFAULT_STORAGE
+    seed: int | None = 0
+    threads: int = 1
+    input_sets: int = 3
+    trial_timeout: float = 300.0
+    cache_root: Path = Path(".sktune/cache")
+
+    @property
+    def study(self) -> str:
+        return self.study_name or f"{self.model_path.stem}-{self.backend}"
+
+
+TrialCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
+
+
+def make_objective(space: SearchSpace, worker: SupervisedWorker, trial_timeout: float) -> Callable[[optuna.Trial], float]:
+    def objective(trial: optuna.Trial) -> float:
+        plan = space.suggest(trial)
+        trial.set_user_attr("plan", plan.to_json())
+        started = time.perf_counter()
+        result = worker.request("run", plan.to_json(), trial_timeout)
+        wall = time.perf_counter() - started
+        if isinstance(result, WorkerFailure):
+            trial.set_user_attr("failure", result.reason)
+            raise TrialFailed(result.reason)
+        for key in ("timing", "mismatches", "groups", "regions", "compile_s", "verify_s", "measure_s"):
+            trial.set_user_attr(key, result[key])
+        trial.set_user_attr("overhead_s", wall - result["measure_s"])
+        trial.set_constraint("bitwise", float(len(result["mismatches"])))  # ≤ 0: exact
+        return float(result["timing"]["ratio"])
+
+    return objective
+
+
+def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
+         on_ready: Callable[[optuna.Study, dict[str, Any]], None] | None = None) -> optuna.Study:
+    """Run ``settings.trials`` more trials on the study (created or resumed)."""
+    cache_dir = (settings.cache_root / settings.study).resolve()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
+                           threads=settings.threads, input_sets=settings.input_sets)
+    with SupervisedWorker(config, str(cache_dir)) as worker:
+        description = worker.start()
+        space = studies.space_from_description(description)
+        study = studies.open_study(settings.study, settings.storage, settings.seed)
+        studies.prepare(study, description, space, settings.model_path)
+        study.set_user_attr("input_sets", settings.input_sets)
+        study.set_user_attr("threads", settings.threads)
+        study.set_user_attr("backend", description["environment"]["backend"])
+        if on_ready:
+            on_ready(study, description)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study.optimize(make_objective(space, worker, settings.trial_timeout), n_trials=settings.trials,
+                       timeout=settings.timeout, catch=(TrialFailed,), callbacks=callbacks or [])
+        _profile_baseline_and_best(study, worker, settings.trial_timeout)
+    return study
+
+
+def _profile_baseline_and_best(study: optuna.Study, worker: SupervisedWorker, timeout: float) -> None:
+    """Record busy time and gap of the baseline and the best plan (explains the speedup)."""
+    best = studies.best_record(study)
+    for key, plan in (("profile_baseline", None), ("profile_best", best.plan if best else None)):
+        if key == "profile_best" and plan is None:
+            continue
+        result = worker.request("profile", plan, timeout)
+        if isinstance(result, WorkerFailure):
+            log.warning("profiling %s failed: %s", key, result.reason)
+            continue
+        study.set_user_attr(key, result)
+    if best:
+        study.set_user_attr("profile_best_trial", best.number)
+
+
+def summary(study: optuna.Study) -> dict[str, Any]:
+    """The machine-readable result (the README documents this contract)."""
+    recs = studies.records(study)
+    complete = [r for r in recs if r.state == "COMPLETE"]
+    best = studies.best_record(study)
+    n_ops = len(study.user_attrs.get("ops", []))
+    fuse_all = studies.anchor_record(study, "fuse-all")
+    overheads = [t.user_attrs["overhead_s"] for t in study.get_trials(deepcopy=False) if "overhead_s" in t.user_attrs]
+    out: dict[str, Any] = {
+        "study": study.study_name,
+        "backend": study.user_attrs.get("backend"),
+        "model": study.user_attrs.get("model"),
+        "n_ops": n_ops,
+        "n_trials": len(recs),
+        "n_complete": len(complete),
+        "n_infeasible": sum(1 for r in complete if not r.feasible),
+        "n_failed": sum(1 for r in recs if r.state == "FAIL"),
+        "input_sets": study.user_attrs.get("input_sets"),
+        "threads": study.user_attrs.get("threads"),
+        "baseline_s": None, "best_s": None, "speedup": None, "speedup_ci": None,
+        "verified_bitwise": False, "best_trial": None, "best_plan": None, "groups": [],
+        "fuse_all": None,
+        "median_overhead_s": statistics.median(overheads) if overheads else None,
+        "profile_baseline": study.user_attrs.get("profile_baseline"),
+        "profile_best": study.user_attrs.get("profile_best"),
+    }
+    if best is not None and best.plan is not None and best.ratio_ci is not None:
+        plan = Plan.from_json(best.plan)
+        lo, hi = best.ratio_ci
+        out.update(
+            baseline_s=best.baseline_s, best_s=best.candidate_s,
+            speedup=best.baseline_s / best.candidate_s, speedup_ci=[1.0 / hi, 1.0 / lo],
+            verified_bitwise=True, best_trial=best.number, best_plan=plan.to_json(),
+            groups=[list(g) for g in group_ops(n_ops, plan.scopes)],
+        )
+    if fuse_all is not None and fuse_all.ratio is not None:
+        out["fuse_all"] = {"trial": fuse_all.number, "baseline_s": fuse_all.baseline_s,
+                           "time_s": fuse_all.candidate_s, "ratio": fuse_all.ratio, "bitwise": fuse_all.feasible}
+    return out

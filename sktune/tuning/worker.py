@@ -1,0 +1,172 @@
+"""A warm worker process that runs trials, under a watchdog.
+
+The parent sends one request at a time over a pipe and waits at most ``timeout`` s.
+A hung worker is killed, a crashed one is noticed; both are replaced and the request
+is answered with a failure reason instead of taking the study down.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import traceback
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from sktune.errors import SktuneError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """Why a request got no answer: ``hang``, ``crash`` or ``error``."""
+
+    kind: str
+    message: str
+
+    @property
+    def reason(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> None:
+    """Worker main: build the runner once, then answer requests until told to stop."""
+    if cache_dir:  # before torch is imported: one Inductor cache per study
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's own logs off the user's screen
+    from sktune.tuning.runner import RunnerConfig, TrialRunner
+
+    try:
+        runner = TrialRunner(RunnerConfig(**config))
+        conn.send(("ok", runner.describe()))
+    except SktuneError as exc:
+        conn.send(("user_error", f"{exc}", traceback.format_exc()))
+        return
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        return
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        command, payload = request
+        if command == "stop":
+            return
+        try:
+            result = runner.run(payload) if command == "run" else runner.profile(payload)
+            conn.send(("ok", result))
+        except Exception as exc:
+            conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+
+
+class SupervisedWorker:
+    """Owns one worker process; restarts it after a hang or a crash."""
+
+    def __init__(self, config: dict[str, Any], cache_dir: str | None, start_timeout: float = 600.0) -> None:
+        self.config = config
+        self.cache_dir = cache_dir
+        self.start_timeout = start_timeout
+        self.description: dict[str, Any] = {}
+        self._ctx = mp.get_context("spawn")
+        self._process: Any = None
+        self._conn: Connection | None = None
+        self.restarts = 0
+
+    def start(self) -> dict[str, Any]:
+        """Start the worker and wait until the model is loaded, captured and checked."""
+        parent, child = self._ctx.Pipe()
+        self._process = self._ctx.Process(target=_serve, args=(child, self.config, self.cache_dir), daemon=True)
+        self._process.start()
+        child.close()
+        self._conn = parent
+        answer = self._receive(self.start_timeout)
+        if isinstance(answer, WorkerFailure):
+            self.close()
+            raise SktuneError(f"the trial worker could not start ({answer.reason})")
+        status, *rest = answer
+        if status != "ok":
+            self.close()
+            message, trace = rest
+            if status == "user_error":
+                raise SktuneError(message)
+            raise SktuneError(f"the trial worker failed while loading the model: {message}\n{trace}")
+        self.description = rest[0]
+        return self.description
+
+    def request(self, command: str, payload: Any, timeout: float) -> dict[str, Any] | WorkerFailure:
+        """Send one request; a result dict, or a WorkerFailure after which the worker is fresh."""
+        if self._process is None or not self._process.is_alive():
+            self._restart()
+        assert self._conn is not None
+        try:
+            self._conn.send((command, payload))
+        except (BrokenPipeError, OSError):
+            failure = WorkerFailure("crash", self._exit_description())
+            self._restart()
+            return failure
+        answer = self._receive(timeout)
+        if isinstance(answer, WorkerFailure):
+            self._restart()
+            return answer
+        status, *rest = answer
+        if status == "ok":
+            return rest[0]
+        message, trace = rest
+        log.debug("worker error: %s", trace)
+        return WorkerFailure("error", message)
+
+    def _receive(self, timeout: float) -> Any:
+        assert self._conn is not None and self._process is not None
+        if not self._conn.poll(timeout):
+            if self._process.is_alive():
+                return WorkerFailure("hang", f"no answer within {timeout:.0f} s; worker killed")
+            return WorkerFailure("crash", self._exit_description())
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            self._process.join(5)
+            return WorkerFailure("crash", self._exit_description())
+
+    def _exit_description(self) -> str:
+        code = self._process.exitcode if self._process is not None else None
+        if code is not None and code < 0:
+            return f"worker killed by signal {-code}"
+        return f"worker exited with code {code}"
+
+    def _restart(self) -> None:
+        self.close()
+        self.restarts += 1
+        log.info("restarting the trial worker (%d)", self.restarts)
+        self.start()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(("stop", None))
+            except (BrokenPipeError, OSError):
+                pass
+        if self._process is not None:
+            self._process.join(2)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join(5)
+        if self._conn is not None:
+            self._conn.close()
+        self._process, self._conn = None, None
+
+    def __enter__(self) -> "SupervisedWorker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def runner_config(**kwargs: Any) -> dict[str, Any]:
+    """A RunnerConfig as a plain dict (what crosses the process boundary)."""
+    from sktune.tuning.runner import RunnerConfig
+
+    return asdict(RunnerConfig(**kwargs))
