@@ -33,6 +33,7 @@ class OptionSpec:
     default: Any
     may_change_numerics: bool
     doc: str = ""
+    exact_choice: Any = None  # the value known to keep eager numerics, when one is known
 
 
 class Backend(ABC):

@@ -46,11 +46,15 @@ FALLBACK_OPTION = "fallback_ops"
 
 OPTIONS = (
     OptionSpec("emulate_precision_casts", (False, True), False, True,
-               "round intermediates to the source dtype like eager does; makes bf16 fusion bitwise"),
+               "round intermediates to the source dtype like eager does; makes bf16 fusion bitwise",
+               exact_choice=True),
     OptionSpec("cpp_wrapper", (False, True), False, False, "C++ wrapper instead of Python around kernels"),
     OptionSpec("max_fusion_size", (16, 64, 256), 64, False, "largest number of nodes fused into one kernel"),
     OptionSpec("aggressive_fusion", (False, True), False, True, "fuse nodes without shared memory access"),
     OptionSpec("epilogue_fusion", (True, False), True, True, "fuse pointwise epilogues into templates"),
+    OptionSpec("pattern_matcher", (True, False), True, True,
+               "graph rewrites such as mm + add → addmm (changes rounding: the add enters the GEMM accumulator)",
+               exact_choice=False),
     OptionSpec("layout_optimization", (True, False), True, True, "channels-last for convolutions"),
 )
 

@@ -21,5 +21,5 @@ def user_errors(debug: bool) -> Iterator[None]:
     except SktuneError as exc:
         if debug:
             raise
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
         raise typer.Exit(1) from None

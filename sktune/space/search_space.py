@@ -30,6 +30,7 @@ class OptionDomain:
     name: str
     choices: tuple[Any, ...]
     default: Any
+    exact_choice: Any = None  # value known to keep eager numerics (None: not known)
 
 
 @dataclass(frozen=True)
@@ -106,15 +107,16 @@ class SearchSpace:
         safe = [not unsafe for unsafe in self.unsafe_blocks]
         has_emulate = any(o.name == "emulate_precision_casts" for o in self.options)
         emulate = {"emulate_precision_casts": True} if has_emulate else {}
+        # Every option at the value known to keep eager numerics (e.g. no mm+add → addmm).
+        exact = {o.name: o.exact_choice for o in self.options if o.exact_choice is not None}
         candidates = [
             ("unfused", self.params_for(nothing)),
             ("fuse-all", self.params_for(everything)),
             ("fuse-all+emulate_precision_casts", self.params_for(everything, **emulate)),
             ("fuse-all+fallbacks", self.params_for(everything, fallbacks=self.fallbacks)),
-            ("fuse-all+fallbacks+emulate_precision_casts",
-             self.params_for(everything, fallbacks=self.fallbacks, **emulate)),
+            ("fuse-all+fallbacks+exact-options", self.params_for(everything, fallbacks=self.fallbacks, **exact)),
             ("safe-runs", self.params_for(safe, split_all=True)),
-            ("safe-runs+emulate_precision_casts", self.params_for(safe, split_all=True, **emulate)),
+            ("safe-runs+exact-options", self.params_for(safe, split_all=True, **exact)),
         ]
         seen: set[Plan] = set()
         unique = []

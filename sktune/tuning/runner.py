@@ -73,7 +73,7 @@ class TrialRunner:
             "fallback_candidates": self.backend.fallback_candidates(self.graph),
             "options": [
                 {"name": o.name, "choices": list(o.choices), "default": o.default,
-                 "may_change_numerics": o.may_change_numerics}
+                 "may_change_numerics": o.may_change_numerics, "exact_choice": o.exact_choice}
                 for o in self.backend.option_space(self.graph)
             ],
             "environment": {**self.backend.environment(), "threads": str(self.config.threads),

@@ -25,7 +25,8 @@ def space_from_description(description: dict[str, Any]) -> SearchSpace:
     return build_space(
         [o["target"] for o in ops], [o["module"] for o in ops], description["boundaries"],
         frozenset(description["unsafe_op_types"]), description["fallback_candidates"],
-        [OptionDomain(o["name"], tuple(o["choices"]), o["default"]) for o in description["options"]],
+        [OptionDomain(o["name"], tuple(o["choices"]), o["default"], o.get("exact_choice"))
+         for o in description["options"]],
     )
 
 

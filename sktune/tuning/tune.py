@@ -73,6 +73,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     cache_dir.mkdir(parents=True, exist_ok=True)
     config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
                            threads=settings.threads, input_sets=settings.input_sets)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the CLI shows progress itself
     with SupervisedWorker(config, str(cache_dir)) as worker:
         description = worker.start()
         space = studies.space_from_description(description)
@@ -83,7 +84,6 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         study.set_user_attr("backend", description["environment"]["backend"])
         if on_ready:
             on_ready(study, description)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         study.optimize(make_objective(space, worker, settings.trial_timeout), n_trials=settings.trials,
                        timeout=settings.timeout, catch=(TrialFailed,), callbacks=callbacks or [])
         _profile_baseline_and_best(study, worker, settings.trial_timeout)

@@ -57,10 +57,38 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> N
         if command == "stop":
             return
         try:
+            if command == "run":
+                _maybe_inject_fault()
             result = runner.run(payload) if command == "run" else runner.profile(payload)
             conn.send(("ok", result))
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+
+
+def _maybe_inject_fault() -> None:
+    """Test-only fault hook, off unless ``SKTUNE_TEST_FAULT`` names a fault.
+
+    ``SKTUNE_TEST_FAULT`` = crash | segfault | hang | raise; it fires once, when the file
+    named by ``SKTUNE_TEST_FAULT_MARKER`` does not exist yet (the hook then creates it).
+    """
+    kind = os.environ.get("SKTUNE_TEST_FAULT")
+    marker = os.environ.get("SKTUNE_TEST_FAULT_MARKER")
+    if not kind or not marker or os.path.exists(marker):
+        return
+    with open(marker, "w") as f:
+        f.write(kind)
+    if kind == "crash":
+        os._exit(3)
+    if kind == "segfault":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if kind == "hang":
+        import time
+
+        time.sleep(10**6)
+    if kind == "raise":
+        raise RuntimeError("injected fault")
 
 
 class SupervisedWorker:

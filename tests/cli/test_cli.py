@@ -1,0 +1,71 @@
+"""The command line as a user meets it: subprocesses, exit codes, messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def sktune(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600):
+    return subprocess.run([sys.executable, "-m", "sktune", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+def test_inspect_json_contract(test_models: Path) -> None:
+    result = sktune("inspect", str(test_models / "tiny_norm.py"), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert {"index", "name", "target", "module", "source"} <= set(data["ops"][0])
+    assert [op["index"] for op in data["ops"]] == list(range(len(data["ops"])))
+    assert all(0 <= b < len(data["ops"]) - 1 for b in data["boundaries"])
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("missing.py", "model file not found"),
+        ("syntax_error.py", "syntax error"),
+        ("no_build.py", "does not define build_model"),
+        ("build_raises.py", "weights not found"),
+        ("graph_break.py", "graph break"),
+    ],
+)
+def test_user_errors_are_one_message(test_models: Path, tmp_path: Path, model: str, message: str) -> None:
+    command = "inspect" if model in {"graph_break.py"} else "run"
+    args = [command, str(test_models / model)]
+    if command == "run":
+        args += ["--storage", f"sqlite:///{tmp_path}/s.db", "--trials", "1"]
+    result = sktune(*args, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+
+
+def test_run_refuses_nondeterministic_and_mutating_models(test_models: Path, tmp_path: Path) -> None:
+    for model, message in (("nondeterministic.py", "nondeterministic"), ("mutates_input.py", "modifies its input")):
+        result = sktune("run", str(test_models / model), "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_debug_shows_traceback(test_models: Path, tmp_path: Path) -> None:
+    result = sktune("inspect", str(test_models / "no_build.py"), "--debug", cwd=tmp_path)
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["--trials", "0"], ["--trials", "-3"], ["--threads", "0"], ["--backend", "tpu"]])
+def test_bad_flags_rejected(test_models: Path, tmp_path: Path, args: list[str]) -> None:
+    result = sktune("run", str(test_models / "tiny_norm.py"), *args, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_storage_url(test_models: Path, tmp_path: Path) -> None:
+    result = sktune("run", str(test_models / "tiny_norm.py"), "--storage", "nosuchdb://user:hunter2@x/y",
+                    "--trials", "1", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "cannot open storage" in result.stderr and "hunter2" not in result.stderr

@@ -1,0 +1,79 @@
+"""``sktune run`` end to end on a studies model: real compiles, real timing, real study."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import optuna
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
+from test_cli import sktune  # noqa: E402
+
+SUMMARY_KEYS = {"study", "backend", "n_trials", "n_complete", "n_infeasible", "n_failed", "baseline_s", "best_s",
+                "speedup", "speedup_ci", "verified_bitwise", "input_sets", "best_plan", "groups"}
+
+
+def finished(trials: list) -> list:
+    """Trials that ran (enqueued anchors not yet run are WAITING)."""
+    return [t for t in trials if t.state.is_finished()]
+
+
+def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/study.db"
+    summary_path = tmp_path / "summary.json"
+    result = sktune("run", str(studies_dir / "quant_block.py"), "--backend", "inductor", "--trials", "7",
+                    "--storage", storage, "--study", "e2e", "--summary-json", str(summary_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(summary_path.read_text())
+    assert SUMMARY_KEYS <= set(data)
+    assert data["study"] == "e2e" and data["backend"] == "inductor" and data["input_sets"] == 3
+    assert data["n_trials"] == 7 and data["n_complete"] + data["n_failed"] == 7
+    assert data["verified_bitwise"] is True
+    lo, hi = data["speedup_ci"]
+    assert lo <= data["speedup"] <= hi
+    assert abs(data["speedup"] - data["baseline_s"] / data["best_s"]) < 1e-9
+    scopes = data["best_plan"]["scopes"]
+    assert all({"name", "first_op", "last_op"} <= set(s) for s in scopes)
+    fused = sorted(i for g in data["groups"] for i in g)
+    assert len(fused) == len(set(fused)), "an op is in two groups"
+    assert "best exact" in result.stderr or "best" in result.stdout
+
+    study = optuna.load_study(study_name="e2e", storage=storage)
+    trials = finished(study.get_trials())
+    assert len(trials) == 7
+    anchors = [t.user_attrs.get("anchor") for t in trials]
+    assert anchors[:2] == ["unfused", "fuse-all"]
+    unfused = trials[0]
+    assert unfused.state == optuna.trial.TrialState.COMPLETE and unfused.constraints == {"bitwise": 0.0}
+    assert 0.8 < unfused.value < 1.25, "unfused vs unfused should time alike"
+    assert all("plan" in t.user_attrs for t in trials)
+    assert study.user_attrs["profile_baseline"]["busy_us"] > 0
+    assert os.path.isdir(tmp_path / ".sktune" / "cache" / "e2e")
+
+    again = sktune("run", str(studies_dir / "quant_block.py"), "--backend", "inductor", "--trials", "2",
+                   "--storage", storage, "--study", "e2e", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(finished(optuna.load_study(study_name="e2e", storage=storage).get_trials())) == 9
+
+
+def _fault_env(kind: str, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "SKTUNE_TEST_FAULT": kind, "SKTUNE_TEST_FAULT_MARKER": str(tmp_path / f"{kind}.fired")}
+
+
+def test_hung_and_crashed_trials_are_failed_and_study_continues(test_models: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/faults.db"
+    for kind, reason in (("hang", "hang"), ("segfault", "crash")):
+        result = sktune("run", str(test_models / "tiny_norm.py"), "--backend", "inductor", "--trials", "2",
+                        "--storage", storage, "--study", "faults", "--trial-timeout", "30",
+                        cwd=tmp_path, env=_fault_env(kind, tmp_path))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert (tmp_path / f"{kind}.fired").exists()
+        trials = optuna.load_study(study_name="faults", storage=storage).get_trials()
+        failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+        assert failed and failed[-1].user_attrs["failure"].startswith(reason)
+    trials = finished(optuna.load_study(study_name="faults", storage=storage).get_trials())
+    assert len(trials) == 4
+    assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == 2

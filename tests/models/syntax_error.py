@@ -1,0 +1,4 @@
+import torch
+
+def build_model(:
+    pass

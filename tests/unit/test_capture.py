@@ -1,0 +1,59 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from sktune.errors import CaptureError
+from sktune.graph.boundaries import legal_boundaries
+from sktune.graph.capture import capture
+from sktune.load import build, draw_inputs, load_model_file
+
+
+@pytest.fixture(scope="module")
+def tiny_graph():
+    source = load_model_file(Path(__file__).parent.parent / "models" / "tiny_norm.py")
+    inputs = draw_inputs(source, 0)
+    with torch.no_grad():
+        return capture(build(source), inputs), source
+
+
+def test_ops_modules_and_sources(tiny_graph) -> None:
+    graph, source = tiny_graph
+    targets = [op.target for op in graph.ops]
+    assert targets[:2] == ["pow", "mean"]
+    assert "linear" in targets and "softmax" in targets and "chunk" in targets
+    linear = graph.ops[targets.index("linear")]
+    assert linear.module == "proj" and linear.module_type == "Linear"
+    assert graph.ops[1].module == "norm" and graph.ops[1].module_type == "RMSNorm"
+    assert all(op.source.startswith(str(source.path)) for op in graph.ops)
+    assert [op.index for op in graph.ops] == list(range(len(graph.ops)))
+
+
+def test_boundaries_never_split_tuple_from_getitems(tiny_graph) -> None:
+    graph, _ = tiny_graph
+    chunk = [op.target for op in graph.ops].index("chunk")
+    assert graph.ops[chunk + 1].target == "getitem" and graph.ops[chunk + 2].target == "getitem"
+    assert chunk not in graph.boundaries and chunk + 1 not in graph.boundaries
+    assert chunk - 1 in graph.boundaries and chunk + 2 in graph.boundaries
+
+
+def test_legal_boundaries_pure() -> None:
+    assert legal_boundaries(6, [(1, 3)]) == [0, 3, 4]
+    assert legal_boundaries(1, []) == []
+
+
+def test_captured_graph_reproduces_model(tiny_graph) -> None:
+    graph, source = tiny_graph
+    model = build(source)
+    inputs = draw_inputs(source, 2)
+    with torch.no_grad():
+        expected = model(*inputs)
+        (got,) = graph.gm(*graph.args_for(inputs))
+    assert torch.equal(expected, got)
+
+
+def test_graph_break_names_the_line(test_models: Path) -> None:
+    source = load_model_file(test_models / "graph_break.py")
+    with pytest.raises(CaptureError, match="graph break") as info:
+        capture(build(source), draw_inputs(source, 0))
+    assert "graph_break.py" in str(info.value)

@@ -1,0 +1,98 @@
+import pytest
+
+from sktune.graph.grouping import group_ops
+from sktune.space.plan import Plan, Scope
+from sktune.space.search_space import EAGER, FUSE, OptionDomain, build_space, candidate_cuts
+
+TARGETS = ["pow", "mean", "add", "rsqrt", "mul", "linear", "chunk", "getitem", "getitem", "mul", "softmax", "add"]
+MODULES = ["norm"] * 5 + ["proj"] + [""] * 6
+BOUNDARIES = [0, 1, 2, 3, 4, 5, 8, 9, 10]  # no cut inside chunk..getitem
+OPTIONS = [
+    OptionDomain("emulate_precision_casts", (False, True), False, exact_choice=True),
+    OptionDomain("pattern_matcher", (True, False), True, exact_choice=False),
+    OptionDomain("max_fusion_size", (16, 64), 64),
+]
+
+
+@pytest.fixture
+def space():
+    return build_space(TARGETS, MODULES, BOUNDARIES, frozenset({"mean", "softmax"}), ["mean", "softmax"], OPTIONS)
+
+
+def test_cuts_are_legal_and_surround_unsafe_ops(space) -> None:
+    assert set(space.cuts) <= set(BOUNDARIES)
+    for unsafe_index in (1, 10):
+        assert unsafe_index - 1 in space.cuts and unsafe_index in space.cuts
+    assert space.unsafe_blocks.count(True) == 2
+
+
+def test_candidate_cuts_respect_cap() -> None:
+    targets = ["mean", "add"] * 50
+    cuts = candidate_cuts(targets, [""] * 100, list(range(99)), frozenset({"mean"}), max_cuts=8)
+    assert len(cuts) == 8
+
+
+def test_unfused_is_an_explicit_none_scope(space) -> None:
+    plan = space.decode(space.params_for([False] * len(space.blocks)))
+    assert plan.scopes == (Scope(0, len(TARGETS) - 1, None),)
+    assert group_ops(len(TARGETS), plan.scopes) == []
+
+
+def test_fuse_all_is_one_scope_and_cuts_split(space) -> None:
+    n_blocks = len(space.blocks)
+    plan = space.decode(space.params_for([True] * n_blocks))
+    assert plan.scopes == (Scope(0, len(TARGETS) - 1, "sk0"),)
+    split = space.decode(space.params_for([True] * n_blocks, split_all=True))
+    assert len(split.scopes) == n_blocks
+    assert [s.first_op for s in split.scopes] == [b[0] for b in space.blocks]
+
+
+def test_eager_block_breaks_scope(space) -> None:
+    params = space.params_for([True] * len(space.blocks))
+    params["block:1"] = EAGER
+    plan = space.decode(params)
+    first, second = plan.scopes
+    assert first.last_op == space.blocks[0][1] and second.first_op == space.blocks[2][0]
+    assert params["block:0"] == FUSE
+
+
+def test_options_and_fallbacks_reach_plan(space) -> None:
+    params = space.params_for([True] * len(space.blocks), fallbacks=["softmax"], emulate_precision_casts=True)
+    options = space.decode(params).option_dict
+    assert options == {"emulate_precision_casts": True, "pattern_matcher": True, "max_fusion_size": 64,
+                       "fallback_ops": ["softmax"]}
+
+
+def test_anchors_unique_and_cover_required(space) -> None:
+    anchors = dict(space.anchors())
+    assert {"unfused", "fuse-all", "fuse-all+emulate_precision_casts", "fuse-all+fallbacks", "safe-runs"} <= set(anchors)
+    plans = [space.decode(p) for p in anchors.values()]
+    assert len(set(plans)) == len(plans)
+    exact = space.decode(anchors["fuse-all+fallbacks+exact-options"]).option_dict
+    assert exact == {"emulate_precision_casts": True, "pattern_matcher": False, "max_fusion_size": 64,
+                     "fallback_ops": ["mean", "softmax"]}
+    safe = space.decode(anchors["safe-runs"])
+    fused = {i for g in group_ops(len(TARGETS), safe.scopes) for i in g}
+    assert 1 not in fused and 10 not in fused and 0 in fused
+
+
+def test_plan_json_roundtrip_and_hash() -> None:
+    plan = Plan.make([Scope(0, 3, "a"), Scope(4, 5, None)], {"fallback_ops": ["mean"], "x": 1})
+    again = Plan.loads(plan.dumps())
+    assert again == plan and hash(again) == hash(plan)
+    with pytest.raises(ValueError, match="schema version"):
+        Plan.from_json({**plan.to_json(), "schema_version": 99})
+
+
+class _FixedTrial:
+    def __init__(self, params):
+        self.params = params
+
+    def suggest_categorical(self, name, choices):
+        assert self.params[name] in choices
+        return self.params[name]
+
+
+def test_suggest_matches_decode(space) -> None:
+    params = space.params_for([True, False] * (len(space.blocks) // 2) + [True] * (len(space.blocks) % 2))
+    assert space.suggest(_FixedTrial(params)) == space.decode(params)
