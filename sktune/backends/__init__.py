@@ -25,12 +25,12 @@ def resolve_backend_name(name: str) -> str:
     return "inductor"
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, profile_kernels: bool = False) -> Backend:
     name = resolve_backend_name(name)
     if name == "inductor":
         from sktune.backends.inductor import InductorBackend
 
-        return InductorBackend()
+        return InductorBackend(profile_kernels=profile_kernels)
     raise SktuneError("the npu backend is not implemented yet (issue 3); use --backend inductor")
 
 

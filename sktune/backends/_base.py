@@ -41,6 +41,10 @@ class Backend(ABC):
 
     name: str = ""
 
+    def __init__(self, profile_kernels: bool = False) -> None:
+        # Compile so that the profiler can name each generated kernel (may cost a recompile).
+        self.profile_kernels = profile_kernels
+
     @abstractmethod
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
         """Options worth searching for this graph on this device."""

@@ -110,9 +110,6 @@ class _Region:
 class InductorBackend(Backend):
     name = "inductor"
 
-    def __init__(self, kernel_profile: bool = False) -> None:
-        self.kernel_profile = kernel_profile  # name kernels in profiles (recompiles)
-
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
         has_conv = any(op.target.startswith("conv") for op in graph.ops)
         # layout_optimization only touches convolutions: searching it elsewhere is noise.
@@ -132,7 +129,7 @@ class InductorBackend(Backend):
             raise ValueError(f"unknown inductor option(s) {sorted(unknown)}; known: {sorted(known | {FALLBACK_OPTION})}")
         patches = {k: v for k, v in options.items() if k != FALLBACK_OPTION}
         patches["post_grad_custom_pre_pass"] = _FallbackKey(tuple(sorted(options.get(FALLBACK_OPTION, []))))
-        if self.kernel_profile:
+        if self.profile_kernels:
             patches["cpp.enable_kernel_profile"] = True
         return patches
 

@@ -33,8 +33,8 @@ class RunnerConfig:
     backend: str = "inductor"
     threads: int = 1
     input_sets: int = 3
-    n_batches: int = 15
-    batch_target_s: float = 0.004
+    n_batches: int = 30  # interleaved pairs; ~0.3 s per side: cheap next to a compile
+    batch_target_s: float = 0.005
 
 
 class TrialRunner:
@@ -119,11 +119,7 @@ class TrialRunner:
         if plan_json is None:
             fn = self.reference_fn
         else:
-            from sktune.backends import get_backend as _get
-
-            backend = _get(self.config.backend)
-            if hasattr(backend, "kernel_profile"):
-                backend.kernel_profile = True  # Inductor names kernels only when compiled so
+            backend = get_backend(self.config.backend, profile_kernels=True)
             fn = backend.compile(self.graph, Plan.from_json(plan_json))
         return profile_steps(lambda: fn(*args0)).to_json()
 

@@ -93,16 +93,16 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
 def _profile_baseline_and_best(study: optuna.Study, worker: SupervisedWorker, timeout: float) -> None:
     """Record busy time and gap of the baseline and the best plan (explains the speedup)."""
     best = studies.best_record(study)
-    for key, plan in (("profile_baseline", None), ("profile_best", best.plan if best else None)):
-        if key == "profile_best" and plan is None:
-            continue
+    targets: list[tuple[str, dict[str, Any] | None]] = [("profile_baseline", None)]
+    if best is not None:
+        targets.append(("profile_best", best.plan))
+        study.set_user_attr("profile_best_trial", best.number)
+    for key, plan in targets:
         result = worker.request("profile", plan, timeout)
         if isinstance(result, WorkerFailure):
             log.warning("profiling %s failed: %s", key, result.reason)
-            continue
-        study.set_user_attr(key, result)
-    if best:
-        study.set_user_attr("profile_best_trial", best.number)
+        else:
+            study.set_user_attr(key, result)
 
 
 def summary(study: optuna.Study) -> dict[str, Any]:
@@ -126,7 +126,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "threads": study.user_attrs.get("threads"),
         "baseline_s": None, "best_s": None, "speedup": None, "speedup_ci": None,
         "verified_bitwise": False, "best_trial": None, "best_plan": None, "groups": [],
-        "fuse_all": None,
+        "fuse_all": None, "gain_kept": None,
         "median_overhead_s": statistics.median(overheads) if overheads else None,
         "profile_baseline": study.user_attrs.get("profile_baseline"),
         "profile_best": study.user_attrs.get("profile_best"),
@@ -143,4 +143,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     if fuse_all is not None and fuse_all.ratio is not None:
         out["fuse_all"] = {"trial": fuse_all.number, "baseline_s": fuse_all.baseline_s,
                            "time_s": fuse_all.candidate_s, "ratio": fuse_all.ratio, "bitwise": fuse_all.feasible}
+        if best is not None and best.ratio is not None and fuse_all.ratio < 1:
+            # Share of fuse-everything's gain that the best exact plan keeps (ratios: same-run baselines).
+            out["gain_kept"] = (1 - best.ratio) / (1 - fuse_all.ratio)
     return out
