@@ -15,3 +15,7 @@ class CaptureError(SktuneError):
 
 class NondeterministicModelError(SktuneError):
     """The unfused reference does not reproduce itself, so bitwise checks are meaningless."""
+
+
+class PlanError(SktuneError):
+    """A plan does not fit the captured graph or the backend's rules."""

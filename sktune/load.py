@@ -47,6 +47,8 @@ def load_model_file(path: str | Path) -> ModelSource:
         raise ModelFileError(f"cannot import {path} as Python")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look modules up here
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))  # let the model file import its neighbours
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:

@@ -61,6 +61,17 @@ class Backend(ABC):
     def compile(self, graph: OpGraph, plan: Plan) -> CompiledModel:
         """The model with the plan applied, called with the graph's flat arguments."""
 
+    device: str = "cpu"  # where the runner puts the model and its inputs
+
+    def synchronize(self) -> None:
+        """Wait for queued device work; timers call it at both ends of a batch."""
+
+    def profile_step(self, fn: Callable[[], object]) -> dict[str, Any]:
+        """Busy time and gap of one step of ``fn`` (torch.profiler on the host by default)."""
+        from sktune.measure.profile import profile_steps
+
+        return profile_steps(fn).to_json()
+
     def reference(self, graph: OpGraph) -> CompiledModel:
         """The unfused run; by default the captured graph executed eagerly."""
         return graph.gm

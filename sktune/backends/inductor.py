@@ -18,7 +18,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from sktune.backends._base import Backend, CompiledModel, OptionSpec
 from sktune.graph.grouping import regions
 from sktune.graph.opgraph import OpGraph, op_nodes
-from sktune.space.plan import Plan
+from sktune.space.plan import Plan, check_plan
 
 aten = torch.ops.aten
 
@@ -82,7 +82,10 @@ def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[dict[Any, Any]]:
     from torch._inductor.decomposition import select_decomp_table
 
     decompositions = dict(select_decomp_table())
+    # make_fallback touches three process-global tables; restore all of them.
     saved_lowerings = dict(lowering.lowerings)
+    saved_fallbacks = set(lowering.fallbacks)
+    saved_realized = set(lowering.needs_realized_inputs)
     try:
         for op_type in op_types:
             for aten_name in FALLBACK_ATEN[op_type]:
@@ -94,6 +97,10 @@ def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[dict[Any, Any]]:
     finally:
         lowering.lowerings.clear()
         lowering.lowerings.update(saved_lowerings)
+        lowering.fallbacks.clear()
+        lowering.fallbacks.update(saved_fallbacks)
+        lowering.needs_realized_inputs.clear()
+        lowering.needs_realized_inputs.update(saved_realized)
 
 
 class _Region:
@@ -137,6 +144,7 @@ class InductorBackend(Backend):
         from torch._inductor.compile_fx import compile_fx
         from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
+        check_plan(plan, len(graph.ops), graph.boundaries)
         spans = regions(len(graph.ops), plan.scopes)
         if not spans:
             return graph.gm
@@ -152,7 +160,7 @@ class InductorBackend(Backend):
         if unknown:
             raise ValueError(f"no fallback known for op type(s) {unknown}; known: {sorted(FALLBACK_ATEN)}")
         patches = self.config_patches(plan)
-        for node in [n for n in gm.graph.nodes if n.op == "call_module"]:
+        for node in [n for n in gm.graph.nodes if n.op == "call_module" and str(n.target).startswith("sk_region_")]:
             sub = gm.get_submodule(str(node.target))
             with fallbacks_installed(fallbacks) as decompositions:
                 fn = compile_fx(sub, region_args[node.name], config_patches=patches, decompositions=decompositions)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,8 +34,12 @@ def run_command(
         from sktune.errors import SktuneError
         from sktune.tuning.tune import TuneSettings, summary, tune
 
+        if debug:
+            logging.getLogger("sktune").setLevel(logging.DEBUG)
         if not model.is_file():
             raise SktuneError(f"model file not found: {model}")
+        if summary_json is not None and not summary_json.resolve().parent.is_dir():
+            raise SktuneError(f"--summary-json: directory {summary_json.resolve().parent} does not exist")
         settings = TuneSettings(
             model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, timeout=timeout,
             study_name=study, storage=storage, seed=seed, threads=threads, input_sets=input_sets,
@@ -53,7 +58,11 @@ def run_command(
         data = summary(result)
     _print_summary(data)
     if summary_json is not None:
-        summary_json.write_text(json.dumps(data, indent=2))
+        with user_errors(debug):
+            try:
+                summary_json.write_text(json.dumps(data, indent=2))
+            except OSError as exc:
+                raise SktuneError(f"cannot write --summary-json {summary_json}: {exc}") from exc
         err_console.print(f"summary written to {summary_json}")
 
 
@@ -93,18 +102,26 @@ def _print_summary(data: dict[str, Any]) -> None:
         return f"{seconds * 1e6:,.1f}" if seconds else "—"
 
     # Each row is timed against the unfused baseline in the same run (interleaved).
-    table = Table("configuration", "step µs", "unfused µs (same run)", "speedup (95% CI)", "bitwise",
-                  title=f"study {data['study']}")
+    table = Table("plan", "step µs", "unfused µs", "speedup [95% CI]", "bitwise",
+                  title=f"study {data['study']} (each row timed against unfused in the same run)")
+    table.add_row("unfused", us(data["baseline_s"]), us(data["baseline_s"]), "1.00×", "reference")
     fuse_all = data.get("fuse_all")
     if fuse_all:
-        table.add_row("fuse everything", us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
-                      f"{1 / fuse_all['ratio']:.2f}×", "yes" if fuse_all["bitwise"] else "no")
+        lo, hi = (1 / x for x in reversed(fuse_all["ratio_ci"]))
+        table.add_row("fuse-all", us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
+                      f"{1 / fuse_all['ratio']:.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if fuse_all["bitwise"] else "no")
     if data["speedup"]:
         lo, hi = data["speedup_ci"]
-        table.add_row(f"best (trial {data['best_trial']})", us(data["best_s"]), us(data["baseline_s"]),
-                      f"{data['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]", "yes")
+        table.add_row(f"best #{data['best_trial']}", us(data["best_s"]), us(data["baseline_s"]),
+                      f"{data['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if data["verified_bitwise"] else "NO")
     console = Console()
     console.print(table)
+    if data["speedup"]:
+        verdict = ("faster than unfused (interval excludes 1)" if data["significant"]
+                   else "not measurably faster than unfused (interval includes 1)")
+        source = ("re-measured after the search" if data["timing_source"] == "re-measured"
+                  else "from the search trial")
+        console.print(f"best exact plan: {verdict}; times {source}")
     console.print(
         f"trials: {data['n_trials']} ({data['n_complete']} complete, {data['n_infeasible']} infeasible "
         f"(not bitwise), {data['n_failed']} failed); verified on {data['input_sets']} input sets; "

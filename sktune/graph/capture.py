@@ -58,7 +58,11 @@ def capture(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> OpGraph:
         with torch.no_grad():
             torch.compile(model, backend=backend, fullgraph=True, dynamic=False)(*inputs)
     except torch._dynamo.exc.Unsupported as exc:
-        raise CaptureError(f"the forward cannot be captured as one graph (graph break):\n{_short(exc)}") from exc
+        frame = getattr(exc, "innermost_user_frame_summary", None)
+        where = f" at {frame.filename}:{frame.lineno} ({frame.line})" if frame is not None else ""
+        raise CaptureError(
+            f"the forward cannot be captured as one graph (graph break{where}):\n{_short(exc)}"
+        ) from exc
     except Exception as exc:  # the user's forward itself failed while being traced
         raise CaptureError(f"capturing the forward failed: {type(exc).__name__}: {_short(exc)}") from exc
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,16 +36,22 @@ class Scope:
         return {"name": self.name, "first_op": self.first_op, "last_op": self.last_op}
 
 
+class _FrozenDict(tuple):  # type: ignore[type-arg]
+    """A dict option frozen as sorted (key, value) pairs; thaws back into a dict."""
+
+
 def _freeze(value: Any) -> Any:
-    """Lists become tuples so that options stay hashable."""
+    """Lists become tuples and dicts _FrozenDicts, so that options stay hashable."""
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
     if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+        return _FrozenDict(sorted((k, _freeze(v)) for k, v in value.items()))
     return value
 
 
 def _thaw(value: Any) -> Any:
+    if isinstance(value, _FrozenDict):
+        return {k: _thaw(v) for k, v in value}
     if isinstance(value, tuple):
         return [_thaw(v) for v in value]
     return value
@@ -87,3 +94,20 @@ class Plan:
     @classmethod
     def loads(cls, text: str) -> "Plan":
         return cls.from_json(json.loads(text))
+
+
+def check_plan(plan: Plan, n_ops: int, boundaries: Sequence[int]) -> None:
+    """Reject a plan that does not fit the graph: op indices out of range, or a scope
+    edge at an illegal cut (e.g. between ``chunk`` and its ``getitem``s)."""
+    from sktune.errors import PlanError
+
+    legal = set(boundaries)
+    for scope in plan.scopes:
+        if scope.last_op >= n_ops:
+            raise PlanError(f"scope {scope.name!r} ends at op {scope.last_op}, but the graph has {n_ops} ops")
+        for cut in (scope.first_op - 1, scope.last_op):
+            if 0 <= cut < n_ops - 1 and cut not in legal:
+                raise PlanError(
+                    f"scope {scope.name!r} ({scope.first_op}..{scope.last_op}) cuts between op {cut} and {cut + 1}, "
+                    "which would separate a tuple-producing op from its getitems"
+                )

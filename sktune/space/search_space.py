@@ -115,8 +115,8 @@ class SearchSpace:
             ("fuse-all+emulate_precision_casts", self.params_for(everything, **emulate)),
             ("fuse-all+fallbacks", self.params_for(everything, fallbacks=self.fallbacks)),
             ("fuse-all+fallbacks+exact-options", self.params_for(everything, fallbacks=self.fallbacks, **exact)),
-            ("safe-runs", self.params_for(safe, split_all=True)),
-            ("safe-runs+exact-options", self.params_for(safe, split_all=True, **exact)),
+            ("safe-runs", self.params_for(safe)),  # one scope per run of safe blocks
+            ("safe-runs+exact-options", self.params_for(safe, **exact)),
         ]
         seen: set[Plan] = set()
         unique = []
@@ -134,16 +134,24 @@ def candidate_cuts(
 ) -> list[int]:
     """Legal boundaries worth cutting at: around unsafe ops first, then module changes."""
     legal = set(boundaries)
-    around_unsafe: set[int] = set()
-    for i, target in enumerate(targets):
-        if target in unsafe:
-            around_unsafe.update(b for b in (i - 1, i) if b in legal)
+    # The two cuts that isolate a run of unsafe ops travel together: thinning keeps or
+    # drops whole isolations, never half of one.
+    pairs: list[tuple[int, ...]] = []
+    i = 0
+    while i < len(targets):
+        if targets[i] in unsafe:
+            j = i
+            while j + 1 < len(targets) and targets[j + 1] in unsafe:
+                j += 1
+            pairs.append(tuple(b for b in (i - 1, j) if b in legal))
+            i = j + 1
+        else:
+            i += 1
+    pairs = _evenly(pairs, max_cuts // 2)
+    chosen = sorted({b for pair in pairs for b in pair})
     module_changes = [
-        i for i in sorted(legal) if _coarse(modules[i]) != _coarse(modules[i + 1]) and i not in around_unsafe
+        i for i in sorted(legal) if _coarse(modules[i]) != _coarse(modules[i + 1]) and i not in chosen
     ]
-    chosen = sorted(around_unsafe)
-    if len(chosen) > max_cuts:
-        chosen = _evenly(chosen, max_cuts)
     room = max_cuts - len(chosen)
     if room > 0:
         chosen += _evenly(module_changes, room)
@@ -155,7 +163,7 @@ def _coarse(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def _evenly(items: Sequence[int], k: int) -> list[int]:
+def _evenly(items: Sequence[Any], k: int) -> list[Any]:
     if len(items) <= k:
         return list(items)
     step = len(items) / k

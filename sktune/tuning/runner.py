@@ -18,11 +18,10 @@ from sktune.errors import ModelFileError, NondeterministicModelError
 from sktune.graph.capture import capture
 from sktune.graph.grouping import group_ops, regions
 from sktune.load import build, draw_inputs, load_model_file
-from sktune.measure.profile import profile_steps
 from sktune.measure.stats import paired_timing
 from sktune.measure.timer import calibrate_calls_per_batch, interleaved_batches
 from sktune.space.plan import Plan
-from sktune.verify import compare_outputs, flatten_outputs
+from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +46,9 @@ class TrialRunner:
         self.backend = get_backend(config.backend)
         source = load_model_file(config.model_path)
         self.source = source
-        model = build(source)
-        self.inputs = [draw_inputs(source, seed) for seed in range(config.input_sets)]
+        device = self.backend.device
+        model = build(source).to(device)
+        self.inputs = [tuple(t.to(device) for t in draw_inputs(source, seed)) for seed in range(config.input_sets)]
         _check_same_signature(self.inputs, source.path)
         _check_outputs_and_mutation(model, self.inputs[0], source.path)
         self.graph = capture(model, self.inputs[0])
@@ -95,10 +95,11 @@ class TrialRunner:
             mismatches += [{"input_set": k, **m.to_json()} for m in found]
         verified = time.perf_counter()
         args0 = self.args[0]
-        calls = calibrate_calls_per_batch(lambda: self.reference_fn(*args0), self.config.batch_target_s)
+        sync = self.backend.synchronize
+        calls = calibrate_calls_per_batch(lambda: self.reference_fn(*args0), self.config.batch_target_s, sync=sync)
         base, cand = interleaved_batches(
             lambda: self.reference_fn(*args0), lambda: candidate(*args0),
-            calls_per_batch=calls, n_batches=self.config.n_batches,
+            calls_per_batch=calls, n_batches=self.config.n_batches, sync=sync,
         )
         timing = paired_timing(base, cand)
         measured = time.perf_counter()
@@ -119,9 +120,8 @@ class TrialRunner:
         if plan_json is None:
             fn = self.reference_fn
         else:
-            backend = get_backend(self.config.backend, profile_kernels=True)
-            fn = backend.compile(self.graph, Plan.from_json(plan_json))
-        return profile_steps(lambda: fn(*args0)).to_json()
+            fn = get_backend(self.config.backend, profile_kernels=True).compile(self.graph, Plan.from_json(plan_json))
+        return self.backend.profile_step(lambda: fn(*args0))
 
 
 def _check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path) -> None:
@@ -145,7 +145,7 @@ def _check_outputs_and_mutation(model: torch.nn.Module, inputs: tuple[torch.Tens
     except TypeError as exc:
         raise ModelFileError(f"the forward of {path} must return tensors: {exc}") from exc
     for k, (old, new) in enumerate(zip(before, inputs)):
-        if not torch.equal(old, new):
+        if not bitwise_equal(old, new):  # raw bits: an input holding NaN is not "modified"
             raise ModelFileError(
                 f"the forward of {path} modifies its input {k} in place; sktune runs the model "
                 "many times on the same inputs, so the forward must not mutate them"

@@ -48,8 +48,13 @@ def mask_url(url: str) -> str:
     return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
-def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace, model_path: Path) -> bool:
-    """Record what the study tunes and enqueue the anchors; ``False`` when resuming."""
+def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace, model_path: Path,
+            settings: dict[str, Any]) -> bool:
+    """Record what the study tunes and enqueue the anchors; ``False`` when resuming.
+
+    ``settings`` (threads, input sets) must match on resume: trials timed or verified
+    differently do not compare.
+    """
     existing = study.user_attrs.get("space")
     if existing is not None:
         if existing != space.signature():
@@ -57,8 +62,17 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
                 f"study {study.study_name!r} was created for a different graph or search space "
                 "(the model or the backend changed); use a new --study name"
             )
+        for key, value in settings.items():
+            if study.user_attrs.get(key) != value:
+                raise SktuneError(
+                    f"study {study.study_name!r} was run with --{key.replace('_', '-')} {study.user_attrs.get(key)}, "
+                    f"not {value}; resume with the same value or use a new --study name"
+                )
         return False
     study.set_user_attr("space", space.signature())
+    for key, value in settings.items():
+        study.set_user_attr(key, value)
+    study.set_user_attr("backend", description["environment"]["backend"])
     study.set_user_attr("model", str(model_path))
     study.set_user_attr("ops", description["ops"])
     study.set_user_attr("boundaries", description["boundaries"])

@@ -26,6 +26,7 @@ class WorkerFailure:
 
     kind: str
     message: str
+    trace: str = ""  # the worker's traceback, for --debug and the study
 
     @property
     def reason(self) -> str:
@@ -34,6 +35,9 @@ class WorkerFailure:
 
 def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> None:
     """Worker main: build the runner once, then answer requests until told to stop."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
     if cache_dir:  # before torch is imported: one Inductor cache per study
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's own logs off the user's screen
@@ -119,9 +123,10 @@ class SupervisedWorker:
         if status != "ok":
             self.close()
             message, trace = rest
+            log.debug("worker traceback:\n%s", trace)  # --debug shows where in the user's code
             if status == "user_error":
                 raise SktuneError(message)
-            raise SktuneError(f"the trial worker failed while loading the model: {message}\n{trace}")
+            raise SktuneError(f"the trial worker failed while loading the model: {message}")
         self.description = rest[0]
         return self.description
 
@@ -145,7 +150,7 @@ class SupervisedWorker:
             return rest[0]
         message, trace = rest
         log.debug("worker error: %s", trace)
-        return WorkerFailure("error", message)
+        return WorkerFailure("error", message, trace)
 
     def _receive(self, timeout: float) -> Any:
         assert self._conn is not None and self._process is not None

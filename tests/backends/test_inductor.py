@@ -53,10 +53,13 @@ def test_fallback_tables_restored() -> None:
     from torch._inductor import lowering
 
     before = dict(lowering.lowerings)
+    fallbacks, realized = set(lowering.fallbacks), set(lowering.needs_realized_inputs)
     with fallbacks_installed(("mean", "softmax")) as decompositions:
         assert lowering.lowerings[torch.ops.aten.mean.dim] is not before.get(torch.ops.aten.mean.dim)
         assert torch.ops.aten._softmax.default not in decompositions
+        assert set(lowering.fallbacks) != fallbacks
     assert lowering.lowerings == before
+    assert set(lowering.fallbacks) == fallbacks and set(lowering.needs_realized_inputs) == realized
 
 
 def test_regions_follow_plan_and_eager_ops_stay_inline(setup) -> None:

@@ -29,7 +29,9 @@ def test_cuts_are_legal_and_surround_unsafe_ops(space) -> None:
 def test_candidate_cuts_respect_cap() -> None:
     targets = ["mean", "add"] * 50
     cuts = candidate_cuts(targets, [""] * 100, list(range(99)), frozenset({"mean"}), max_cuts=8)
-    assert len(cuts) == 8
+    assert 4 <= len(cuts) <= 8
+    for cut in cuts:  # each kept cut is one side of an isolated mean
+        assert targets[cut] == "mean" or targets[cut + 1] == "mean"
 
 
 def test_unfused_is_an_explicit_none_scope(space) -> None:
@@ -96,3 +98,14 @@ class _FixedTrial:
 def test_suggest_matches_decode(space) -> None:
     params = space.params_for([True, False] * (len(space.blocks) // 2) + [True] * (len(space.blocks) % 2))
     assert space.suggest(_FixedTrial(params)) == space.decode(params)
+
+
+def test_check_plan_rejects_illegal_cuts_and_out_of_range() -> None:
+    from sktune.errors import PlanError
+    from sktune.space.plan import check_plan
+
+    check_plan(Plan.make([Scope(0, 5, "a"), Scope(9, 11, None)]), 12, BOUNDARIES)
+    with pytest.raises(PlanError, match="separate a tuple-producing op"):
+        check_plan(Plan.make([Scope(0, 6, "a")]), 12, BOUNDARIES)  # cut between chunk and getitem
+    with pytest.raises(PlanError, match="graph has 12 ops"):
+        check_plan(Plan.make([Scope(0, 12, "a")]), 12, BOUNDARIES)
