@@ -7,6 +7,7 @@ import logging
 import typer
 
 from sktune.cli.inspect_cmd import inspect_command
+from sktune.cli.profile_cmd import profile_command
 from sktune.cli.run_cmd import run_command
 
 app = typer.Typer(
@@ -18,6 +19,7 @@ app = typer.Typer(
 )
 app.command("run")(run_command)
 app.command("inspect")(inspect_command)
+app.command("profile")(profile_command)
 
 
 def main() -> None:

@@ -1,0 +1,93 @@
+"""``sktune profile PATH``: size the fusion opportunity from an Ascend profile taken anywhere."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from sktune.cli._errors import user_errors
+
+if TYPE_CHECKING:
+    from sktune.measure.ascend_profile import ProfileSummary
+
+_GAP_FROM = {"step_trace": "Free", "kernels": "span−busy"}
+
+
+def profile_command(
+    path: Annotated[Path, typer.Argument(
+        help="A *_ascend_pt directory, its ASCEND_PROFILER_OUTPUT/, a kernel_details.csv, "
+             "or a directory of *_ascend_pt directories (the newest is used).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: steps, by_core, top_kernels, ...")] = False,
+    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+) -> None:
+    """Per step: device span, busy time, gap and kernel count; time by core; top kernels;
+    SuperKernels mapped to their scopes. Marker kernels are filtered out."""
+    with user_errors(debug):
+        from sktune.measure.ascend_profile import find_profile_files, summarize
+
+        summary = summarize(find_profile_files(path))
+    if as_json:
+        typer.echo(json.dumps(summary.to_json()))
+        return
+    _print(summary)
+
+
+def _us(value: float) -> str:
+    return f"{value:,.3f}"
+
+
+def _print(summary: ProfileSummary) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{summary.source}[/]", highlight=False)
+    if summary.note:
+        console.print(summary.note, highlight=False)
+
+    steps = Table("step", "span µs", "busy µs", "gap µs", "gap %", "kernels", "gap from", title="Per step (device)")
+    for s in summary.steps:
+        share = f"{100 * s.gap_us / s.span_us:.1f}" if s.span_us else "-"
+        steps.add_row(str(s.step), _us(s.span_us), _us(s.busy_us), _us(s.gap_us), share, str(s.kernels),
+                      _GAP_FROM.get(s.gap_source, s.gap_source))
+    console.print(steps)
+    console.print("span: first kernel start to last kernel end; busy: union of kernel intervals; gap from "
+                  "Free = step_trace_time.csv, span−busy = kernel_details.csv only.", highlight=False)
+
+    total = sum(summary.by_core.values()) or 1.0
+    cores = Table("accelerator core", "total µs", "share %", title="Time by core")
+    for core, us in summary.by_core.items():
+        cores.add_row(core, _us(us), f"{100 * us / total:.1f}")
+    console.print(cores)
+
+    top = Table(title=f"Top {len(summary.top_kernels)} kernels")
+    for header in ("name", "type", "total µs", "count", "avg µs"):
+        top.add_column(header, overflow="fold")
+    for k in summary.top_kernels:
+        top.add_row(k.name, k.type, _us(k.total_us), str(k.count), _us(k.total_us / k.count))
+    console.print(top)
+
+    if summary.superkernels:
+        sk = Table(title="SuperKernels (the fusion that happened)")
+        for header in ("scope", "first op", "last op", "#", "total µs", "count", "name"):
+            sk.add_column(header, overflow="fold")
+        for row in summary.superkernels:
+            sk.add_row(row.scope or "?", row.first_op or "?", row.last_op or "?",
+                       "" if row.index is None else str(row.index), _us(row.total_us), str(row.count), row.name)
+        console.print(sk)
+    else:
+        console.print("No SuperKernel rows: nothing was fused in this profile.")
+
+    console.print(f"Marker kernels filtered: {summary.markers_filtered}", highlight=False)
+    if summary.duplicates_dropped:
+        console.print(f"Exact duplicate rows dropped: {summary.duplicates_dropped}", highlight=False)
+    if summary.untimed_rows:
+        console.print(f"Rows without start or duration (counted, not timed): {summary.untimed_rows}", highlight=False)
+    reasons = Counter(r["reason"] for r in summary.fusion_fail_reasons if r["reason"])
+    if reasons:
+        console.print("Fusion fail reasons: " + ", ".join(f"{k} ×{v}" for k, v in reasons.most_common()),
+                      highlight=False)

@@ -1,0 +1,61 @@
+"""``sktune profile`` as a user meets it: a subprocess, its output and exit code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_profiles"
+RUN = FIXTURES / "localhost_41234_20250109120000123_ascend_pt"
+REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "npu_profiles" / "kernel_details_bf16_train.csv"
+
+
+def sktune(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sktune", "profile", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_json_contract_on_fixture() -> None:
+    result = sktune(str(RUN), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert {"steps", "by_core", "top_kernels"} <= set(data)
+    step = data["steps"][0]
+    assert {"step", "span_us", "busy_us", "gap_us", "kernels"} <= set(step)
+    assert (step["span_us"], step["busy_us"], step["gap_us"], step["kernels"]) == (149.0, 121.25, 30.125, 7)
+    assert data["by_core"]["HCCL"] == 50.0
+    assert all(set(k) == {"name", "type", "total_us", "count"} for k in data["top_kernels"])
+    assert [s["scope"] for s in data["superkernels"]] == ["layer_0", "decoder_layer_1"]
+
+
+@pytest.mark.skipif(not REAL.is_file(), reason=f"real Ascend profile {REAL} is missing (it lives in ../shared)")
+def test_json_on_real_file() -> None:
+    result = sktune(str(REAL), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [s["step"] for s in data["steps"]] == [19] and data["steps"][0]["kernels"] == 26
+    assert next(iter(data["by_core"])) == "MIX_AIC"
+
+
+def test_human_summary_on_fixture() -> None:
+    result = sktune(str(FIXTURES / "kernel_details_block_dim_steps.csv"))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for text in ("Per step", "Time by core", "AI_CPU", "attn_block_2", "Marker kernels filtered: 1"):
+        assert text in out
+
+
+@pytest.mark.parametrize("kind", ["missing", "not_a_profile"])
+def test_bad_path_is_one_message(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "nope"
+    if kind == "not_a_profile":
+        target = tmp_path / "notes.csv"
+        target.write_text("a,b\n1,2\n")
+    result = sktune(str(target))
+    assert result.returncode == 1
+    assert result.stderr.startswith("error:") and "Traceback" not in result.stderr
+    assert ("not found" if kind == "missing" else "is not a kernel_details.csv") in result.stderr

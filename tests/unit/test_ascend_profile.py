@@ -1,0 +1,250 @@
+"""Ascend profile parsers: fixtures in the documented formats (numbers worked out by hand
+below) and the real bf16 training file from ../shared/data/npu_profiles."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from decimal import Decimal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sktune.errors import SktuneError
+from sktune.measure.ascend_profile import (
+    ProfileFiles,
+    SuperKernelName,
+    _union_ns,
+    find_profile_files,
+    parse_superkernel_name,
+    read_fusion_fail_reasons,
+    read_kernel_details,
+    read_step_trace,
+    summarize,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_profiles"
+RUN = FIXTURES / "localhost_41234_20250109120000123_ascend_pt"
+OUTPUT = RUN / "ASCEND_PROFILER_OUTPUT"
+STEPS_CSV = FIXTURES / "kernel_details_block_dim_steps.csv"
+FAIL_LOG = FIXTURES / "sk_meta" / "sk_fusion_fail_reasons.log"
+REAL_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "npu_profiles"
+REAL = REAL_DIR / "kernel_details_bf16_train.csv"
+needs_real = pytest.mark.skipif(
+    not REAL.is_file(), reason=f"real Ascend profile {REAL} is missing (it lives in ../shared, outside the repo)")
+
+# Fixture 1 (no Step Id, Block Num), µs after the base time, markers excluded:
+#   RmsNorm [10, 30]  MatMulV2 [25, 55]  sk_layer_0 [60, 100]  HCCL [70, 120]
+#   sk_decoder_layer_1 [130, 140]  Add [150.5, 152.75]  sk_layer_0 [155, 159]
+#   span = 159 - 10 = 149; busy = 45 + 60 + 10 + 2.25 + 4 = 121.25; span - busy = 27.75
+#   step_trace_time.csv Free = 30.125; markers: begin, placeholder, end = 3
+
+
+def test_find_accepts_run_dir_output_dir_and_bare_csv() -> None:
+    for path in (RUN, OUTPUT, OUTPUT / "kernel_details.csv"):
+        files = find_profile_files(path)
+        assert files.kernel_details == OUTPUT / "kernel_details.csv"
+        assert files.step_trace == OUTPUT / "step_trace_time.csv"
+        assert files.profile_dir == RUN
+        assert files.note is None
+    bare = find_profile_files(STEPS_CSV)
+    assert (bare.kernel_details, bare.step_trace, bare.profile_dir) == (STEPS_CSV, None, None)
+
+
+def test_find_takes_the_newest_run_and_says_so(tmp_path: Path) -> None:
+    for stamp in ("20250109120000123", "20250110080000000", "20240101000000000"):
+        shutil.copytree(RUN, tmp_path / f"host_7_{stamp}_ascend_pt")
+    files = find_profile_files(tmp_path)
+    assert files.profile_dir == tmp_path / "host_7_20250110080000000_ascend_pt"
+    assert files.step_trace is not None
+    assert files.note is not None and "3 *_ascend_pt" in files.note and "20250110080000000" in files.note
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [("missing", "profile path not found"), ("empty", "no Ascend profile"),
+     ("unparsed", "analyse"), ("bad_csv", "is not a kernel_details.csv")],
+)
+def test_find_or_read_fails_with_one_clear_error(tmp_path: Path, layout: str, message: str) -> None:
+    target = tmp_path / "x"
+    if layout == "empty":
+        target.mkdir()
+    elif layout == "unparsed":
+        target = tmp_path / "host_1_20250101000000000_ascend_pt"
+        (target / "FRAMEWORK").mkdir(parents=True)
+    elif layout == "bad_csv":
+        target = tmp_path / "kernel_details.csv"
+        target.write_text("Op,Time\nAdd,1\n")
+    with pytest.raises(SktuneError, match=message):
+        summarize(find_profile_files(target))
+
+
+def test_read_kernel_details_no_step_id_block_num() -> None:
+    df = read_kernel_details(OUTPUT / "kernel_details.csv")
+    assert {"step", "name", "type", "core", "start_us", "duration_us", "wait_us", "block_num",
+            "is_marker", "is_superkernel"} <= set(df.columns)
+    assert len(df) == 10 and set(df["step"]) == {0}
+    assert df["start_ns"].iloc[1] == 1736413971000010000  # quoted, trailing tab, exact
+    assert df["start_us"].iloc[1] == pytest.approx(1736413971000010.0)
+    hccl = df[df["core"] == "HCCL"].iloc[0]
+    assert pd.isna(hccl["task_id"]) and pd.isna(hccl["wait_us"]) and pd.isna(hccl["block_num"])
+    assert hccl["duration_us"] == 50.0
+    assert df["block_num"].iloc[1] == 40 and df["mix_block_num"].iloc[3] == 48
+    assert list(df.loc[df["is_marker"], "name"]) == ["sk_scope_kernel_begin", "sk_placeholder_kernel",
+                                                      "sk_scope_kernel_end"]
+    assert df["is_superkernel"].sum() == 3 and not df["is_duplicate"].any()
+
+
+def test_read_kernel_details_step_id_block_dim() -> None:
+    df = read_kernel_details(STEPS_CSV)
+    assert list(df["step"]) == [1, 1, 1, 2, 2, 2, 2, 3, 3, 3]
+    assert df["block_num"].iloc[0] == 24 and pd.isna(df["block_num"].iloc[8])
+    assert df["mix_block_num"].iloc[6] == 48
+
+
+def test_read_kernel_details_tolerates_na_times_bom_and_spacing(tmp_path: Path) -> None:
+    path = tmp_path / "k.csv"
+    path.write_text("\ufeffName , Type,Accelerator Core,Start Time (us),Duration(us)\n"
+                    'A,Add,AI_CORE,"100.5\t",2\n'
+                    "B,Add,AI_CORE,N/A,3\n"
+                    'C,Cast,AI_CPU,"110\t",N/A\n', encoding="utf-8")
+    df = read_kernel_details(path)
+    assert list(df["name"]) == ["A", "B", "C"] and set(df["step"]) == {0}
+    assert pd.isna(df["start_ns"].iloc[1]) and pd.isna(df["duration_us"].iloc[2])
+    assert df["wait_us"].isna().all() and df["block_num"].isna().all()
+    summary = summarize(ProfileFiles(kernel_details=path))
+    assert summary.untimed_rows == 2
+    assert summary.steps[0].kernels == 3 and summary.steps[0].span_us == 2.0 and summary.steps[0].busy_us == 2.0
+
+
+def test_read_step_trace() -> None:
+    trace = read_step_trace(OUTPUT / "step_trace_time.csv")
+    row = trace.iloc[0]
+    assert row["step"] == 0 and row["free_us"] == 30.125 and row["stage_us"] == 151.375
+    assert row["computing_us"] + row["communication_not_overlapped_us"] + row["free_us"] == row["stage_us"]
+
+
+def test_summary_with_step_trace() -> None:
+    summary = summarize(find_profile_files(RUN))
+    (step,) = summary.steps
+    assert (step.step, step.span_us, step.busy_us, step.kernels) == (0, 149.0, 121.25, 7)
+    assert step.gap_us == 30.125 and step.gap_source == summary.gap_source == "step_trace"
+    assert summary.markers_filtered == 3 and summary.duplicates_dropped == 0
+    assert summary.by_core == {"HCCL": 50.0, "MIX_AIC": 44.0, "AI_CORE": 30.0, "AI_VECTOR_CORE": 22.25,
+                               "MIX_AIV": 10.0}
+    assert [(k.name, k.total_us, k.count) for k in summary.top_kernels[:2]] == [
+        ("hcom_allReduce__512_1_1", 50.0, 1), ("sk_layer_0_start_RmsNorm_end_MatMulV2_0", 44.0, 2)]
+    assert not any(k.name.startswith(("sk_scope_kernel", "sk_placeholder")) for k in summary.top_kernels)
+    assert [(s.scope, s.first_op, s.last_op, s.index, s.total_us, s.count) for s in summary.superkernels] == [
+        ("layer_0", "RmsNorm", "MatMulV2", 0, 44.0, 2), ("decoder_layer_1", "Add", "Cast", 1, 10.0, 1)]
+
+
+def test_summary_without_step_trace_uses_span_minus_busy() -> None:
+    summary = summarize(ProfileFiles(kernel_details=OUTPUT / "kernel_details.csv"))
+    assert summary.steps[0].gap_us == 27.75 and summary.gap_source == "kernels"
+
+
+def test_summary_three_steps_block_dim() -> None:
+    # step 1: MatMul [0,10], Add [5,8] inside it, Cast [20,25]          -> span 25,    busy 15
+    # step 2: MatMul [100,110], Add [110,112.5], marker, SK [120,121.75] -> span 21.75, busy 14.25
+    # step 3: Add [200,203], HCCL [201,211], AI_CPU [215,216.5]          -> span 16.5,  busy 12.5
+    summary = summarize(find_profile_files(STEPS_CSV))
+    assert [(s.step, s.span_us, s.busy_us, s.gap_us, s.kernels) for s in summary.steps] == [
+        (1, 25.0, 15.0, 10.0, 3), (2, 21.75, 14.25, 7.5, 3), (3, 16.5, 12.5, 4.0, 3)]
+    assert summary.by_core == {"AI_CORE": 20.0, "AI_VECTOR_CORE": 13.5, "HCCL": 10.0, "MIX_AIC": 1.75,
+                               "AI_CPU": 1.5}
+    assert summary.markers_filtered == 1
+    (sk,) = summary.superkernels
+    assert (sk.scope, sk.first_op, sk.last_op, sk.index) == ("attn_block_2", "MatMulV3", "Add", 7)
+    assert summary.top_kernels[2].name == "aclnnAdd_AddAiCore_Add" and summary.top_kernels[2].count == 3
+
+
+def test_to_json_is_plain_json() -> None:
+    data = json.loads(json.dumps(summarize(find_profile_files(RUN)).to_json()))
+    assert {"steps", "by_core", "top_kernels", "superkernels", "markers_filtered", "gap_source"} <= set(data)
+    assert {"step", "span_us", "busy_us", "gap_us", "kernels"} <= set(data["steps"][0])
+    assert set(data["top_kernels"][0]) == {"name", "type", "total_us", "count"}
+    assert data["fusion_fail_reasons"][1]["reason"] == "OP_UNSUPPORT"  # sk_meta/ next to the run
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("sk_layer_0_start_RmsNorm_end_MatMulV2_0", SuperKernelName("layer_0", "RmsNorm", "MatMulV2", 0)),
+        ("sk_decoder_layer_1_start_Add_end_Cast_12", SuperKernelName("decoder_layer_1", "Add", "Cast", 12)),
+        ("sk_model.layers.3_start_Mul_end_Add_2", SuperKernelName("model.layers.3", "Mul", "Add", 2)),
+        ("sk_a_start_b_start_Add_end_Cast_0", SuperKernelName("a_start_b", "Add", "Cast", 0)),
+        ("sk_scope_kernel_begin", None),
+        ("sk_placeholder_kernel", None),
+        ("aclnnMatmul_MatMulCommon_MatMulV2", None),
+        ("sk_layer_start_Add_end_Cast", None),
+        ("sk__start_Add_end_Cast_0", None),
+    ],
+)
+def test_parse_superkernel_name(name: str, expected: SuperKernelName | None) -> None:
+    assert parse_superkernel_name(name) == expected
+
+
+def test_read_fusion_fail_reasons() -> None:
+    rows = read_fusion_fail_reasons(FAIL_LOG)
+    assert [(r["op"], r["reason"]) for r in rows] == [
+        (None, None),
+        ("static_kernel_Cast_9f3a", "OP_UNSUPPORT"),
+        ("aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore", "TASK_GROUP_NOT_EMPTY"),
+        ("Unique", "DEFAULT_NODE"),
+        ("MatMulV3", "NOT_IN_SCOPE"),
+        ("GatherV2", "IN_UNFUSIBLE_SCOPE"),
+        (None, None),
+    ]
+    assert rows[-1]["raw"].startswith("Scope 0")
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=12))
+def test_union_matches_brute_force(pairs: list[tuple[int, int]]) -> None:
+    intervals = [(start, start + length) for start, length in pairs]
+    covered = {t for start, stop in intervals for t in range(start, stop)}
+    assert _union_ns(intervals) == len(covered)
+
+
+# ---------------------------------------------------------------- the real file
+def _oracle(path: Path) -> tuple[Decimal, Decimal, int]:
+    """Span, busy and kernel count with the csv module and Decimal: an independent check."""
+    with path.open(newline="") as f:
+        header, *body = list(csv.reader(f))
+    unique = list(dict.fromkeys(tuple(v.strip() for v in row) for row in body))
+    s, d = header.index("Start Time(us)"), header.index("Duration(us)")
+    spans = sorted((Decimal(r[s]), Decimal(r[s]) + Decimal(r[d])) for r in unique)
+    busy, end = Decimal(0), None
+    for start, stop in spans:
+        if end is None or start > end:
+            busy, end = busy + stop - start, stop
+        elif stop > end:
+            busy, end = busy + stop - end, stop
+    return max(e for _, e in spans) - spans[0][0], busy, len(unique)
+
+
+@needs_real
+def test_real_file_reads() -> None:
+    df = read_kernel_details(REAL)
+    assert len(df) == 29 and set(df["step"]) == {19}
+    assert df["start_ns"].iloc[0] == 1736413971558972912
+    assert df["block_num"].iloc[0] == 16  # from Block Dim
+    assert df["is_duplicate"].sum() == 3 and not df["is_marker"].any() and not df["is_superkernel"].any()
+
+
+@needs_real
+def test_real_file_summary_matches_independent_oracle() -> None:
+    summary = summarize(find_profile_files(REAL))
+    span, busy, kernels = _oracle(REAL)
+    (step,) = summary.steps
+    assert step.step == 19 and step.kernels == kernels == 26
+    assert Decimal(str(step.span_us)) == span and Decimal(str(step.busy_us)) == busy
+    assert step.gap_us == pytest.approx(float(span - busy), abs=1e-6) and step.gap_source == "kernels"
+    assert summary.duplicates_dropped == 3 and summary.markers_filtered == 0 and summary.superkernels == ()
+    assert list(summary.by_core) == ["MIX_AIC", "AI_CORE", "AI_VECTOR_CORE"]
+    assert summary.by_core["MIX_AIC"] == pytest.approx(5072.22)
+    assert summary.top_kernels[0].type == "FlashAttentionScoreGrad" and summary.top_kernels[0].count == 4
