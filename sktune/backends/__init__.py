@@ -15,12 +15,12 @@ def resolve_backend_name(name: str) -> str:
     if name != "auto":
         return name
     try:
-        import torch_npu  # noqa: F401  (optional extra, Ascend hosts only)
         import torch
+        import torch_npu  # noqa: F401  (optional extra, Ascend hosts only)
 
         if torch.npu.is_available():  # type: ignore[attr-defined]
             return "npu"
-    except Exception:
+    except Exception:  # no torch-npu, or no CANN: this is not an Ascend host
         pass
     return "inductor"
 
@@ -31,7 +31,9 @@ def get_backend(name: str, profile_kernels: bool = False) -> Backend:
         from sktune.backends.inductor import InductorBackend
 
         return InductorBackend(profile_kernels=profile_kernels)
-    raise SktuneError("the npu backend is not implemented yet (issue 3); use --backend inductor")
+    from sktune.backends.npu import NpuBackend
+
+    return NpuBackend(profile_kernels=profile_kernels)
 
 
 __all__ = ["Backend", "CompiledModel", "OptionSpec", "get_backend", "resolve_backend_name", "BACKEND_NAMES"]

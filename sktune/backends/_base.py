@@ -19,6 +19,8 @@ from typing import Any
 import torch
 
 from sktune.graph.opgraph import OpGraph
+from sktune.measure.stats import PairedTiming, paired_timing
+from sktune.measure.timer import calibrate_calls_per_batch, interleaved_batches
 from sktune.space.plan import Plan
 
 CompiledModel = Callable[..., Sequence[torch.Tensor]]
@@ -62,6 +64,7 @@ class Backend(ABC):
         """The model with the plan applied, called with the graph's flat arguments."""
 
     device: str = "cpu"  # where the runner puts the model and its inputs
+    default_bisect_runs: int = 0  # compile+verify runs spent locating a mismatch, per infeasible trial
 
     def synchronize(self) -> None:
         """Wait for queued device work; timers call it at both ends of a batch."""
@@ -71,6 +74,24 @@ class Backend(ABC):
         from sktune.measure.profile import profile_steps
 
         return profile_steps(fn).to_json()
+
+    def time_pair(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
+                  n_batches: int, batch_target_s: float) -> tuple[PairedTiming, dict[str, Any]]:
+        """Candidate vs baseline in one run (A B A B ...); host clock by default.
+
+        Returns the paired timing and backend-specific facts about the candidate run
+        (e.g. which fusion really happened)."""
+        sync = self.synchronize
+        calls = calibrate_calls_per_batch(baseline, batch_target_s, sync=sync)
+        base, cand = interleaved_batches(baseline, candidate, calls_per_batch=calls, n_batches=n_batches, sync=sync)
+        return paired_timing(base, cand), {}
+
+    def observe(self, reference: Callable[[], object]) -> None:
+        """Look at the baseline once before the search (e.g. profile it); default: nothing."""
+
+    def diagnostic_plan(self, plan: Plan) -> Plan | None:
+        """A variant of ``plan`` that explains a hang when rerun, or None."""
+        return None
 
     def reference(self, graph: OpGraph) -> CompiledModel:
         """The unfused run; by default the captured graph executed eagerly."""

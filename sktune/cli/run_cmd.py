@@ -25,6 +25,8 @@ def run_command(
     threads: Annotated[int, typer.Option(min=1, help="CPU threads for compiled and eager runs (1 is the least noisy).")] = 1,
     input_sets: Annotated[int, typer.Option(min=1, help="Input sets (seeds) every candidate is verified on.")] = 3,
     trial_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a trial's worker is killed as hung.")] = 300.0,
+    bisect_runs: Annotated[int | None, typer.Option(min=0, help="Compile+verify runs to locate the op range behind a mismatch (default: 6 on npu, 0 on inductor).")] = None,
+    diagnose: Annotated[int, typer.Option(min=0, help="Hung trials to rerun once with the backend's debug options (npu: debug_op_exec_trace).")] = 1,
     summary_json: Annotated[Path | None, typer.Option(help="Write the machine-readable summary here.")] = None,
     debug: Annotated[bool, typer.Option(help="Show tracebacks and debug logs.")] = False,
 ) -> None:
@@ -43,7 +45,7 @@ def run_command(
         settings = TuneSettings(
             model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, timeout=timeout,
             study_name=study, storage=storage, seed=seed, threads=threads, input_sets=input_sets,
-            trial_timeout=trial_timeout,
+            trial_timeout=trial_timeout, bisect_runs=bisect_runs, diagnose=diagnose,
         )
         progress = _Progress(trials)
         try:

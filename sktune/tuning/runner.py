@@ -18,9 +18,7 @@ from sktune.errors import ModelFileError, NondeterministicModelError
 from sktune.graph.capture import capture
 from sktune.graph.grouping import group_ops, regions
 from sktune.load import build, draw_inputs, load_model_file
-from sktune.measure.stats import paired_timing
-from sktune.measure.timer import calibrate_calls_per_batch, interleaved_batches
-from sktune.space.plan import Plan
+from sktune.space.plan import Plan, Scope
 from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
 
 log = logging.getLogger(__name__)
@@ -64,6 +62,7 @@ class TrialRunner:
                     "Bitwise verification needs a deterministic model (no dropout in train mode, "
                     "no random ops in forward, deterministic kernels)."
                 )
+        self.backend.observe(lambda: self.reference_fn(*self.args[0]))
 
     def describe(self) -> dict[str, Any]:
         """What the tuner's main process needs: ops, cuts, what the backend can tune."""
@@ -95,13 +94,10 @@ class TrialRunner:
             mismatches += [{"input_set": k, **m.to_json()} for m in found]
         verified = time.perf_counter()
         args0 = self.args[0]
-        sync = self.backend.synchronize
-        calls = calibrate_calls_per_batch(lambda: self.reference_fn(*args0), self.config.batch_target_s, sync=sync)
-        base, cand = interleaved_batches(
+        timing, observed = self.backend.time_pair(
             lambda: self.reference_fn(*args0), lambda: candidate(*args0),
-            calls_per_batch=calls, n_batches=self.config.n_batches, sync=sync,
+            n_batches=self.config.n_batches, batch_target_s=self.config.batch_target_s,
         )
-        timing = paired_timing(base, cand)
         measured = time.perf_counter()
         return {
             "bitwise": not mismatches,
@@ -112,7 +108,55 @@ class TrialRunner:
             "measure_s": measured - verified,
             "groups": [list(g) for g in group_ops(n_ops, plan.scopes)],
             "regions": [list(r) for r in regions(n_ops, plan.scopes)],
+            "observed": observed,
         }
+
+    def mismatches(self, plan: Plan) -> int:
+        """How many outputs differ from the reference, over all input sets."""
+        candidate = self.backend.compile(self.graph, plan)
+        return sum(len(compare_outputs(ref, flatten_outputs(candidate(*args))))
+                   for ref, args in zip(self.references, self.args))
+
+    def bisect(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The smallest op range that still breaks bitwise equality, found by halving.
+
+        Data dump is off under SuperKernel, so re-verifying halves is how a culprit is found.
+        First each fused region alone, then halves of the failing region at legal cuts,
+        within ``max_runs`` compile+verify runs.
+        """
+        plan, budget = Plan.from_json(request["plan"]), int(request["max_runs"])
+        options = plan.option_dict
+        legal = set(self.graph.boundaries)
+        runs = 0
+
+        def fails(first: int, last: int) -> bool:
+            nonlocal runs
+            runs += 1
+            return self.mismatches(Plan.make([Scope(first, last, "bisect")], options)) > 0
+
+        found: tuple[int, int] | None = None
+        for first, last in regions(len(self.graph.ops), plan.scopes):
+            if runs >= budget:
+                break
+            if fails(first, last):
+                found = (first, last)
+                break
+        while found is not None and runs + 2 <= budget:
+            first, last = found
+            cuts = [c for c in legal if first <= c < last]
+            if not cuts:
+                break
+            mid = min(cuts, key=lambda c: abs(c - (first + last) / 2))
+            if fails(first, mid):
+                found = (first, mid)
+            elif fails(mid + 1, last):
+                found = (mid + 1, last)
+            else:
+                break  # neither half fails alone: the range itself is the smallest
+        if found is None:
+            return {"range": None, "runs": runs}
+        targets = [op.target for op in self.graph.ops[found[0]:found[1] + 1]]
+        return {"range": list(found), "op_types": sorted(set(targets)), "runs": runs}
 
     def profile(self, plan_json: dict[str, Any] | None) -> dict[str, Any]:
         """Busy time and gap of the baseline (``None``) or of a plan, kernels named."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 
+from sktune.backends import Backend, get_backend
 from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
@@ -37,6 +38,8 @@ class TuneSettings:
     threads: int = 1
     input_sets: int = 3
     trial_timeout: float = 300.0
+    bisect_runs: int | None = None  # None: the backend's default
+    diagnose: int = 1  # hung trials rerun with the backend's diagnostic plan, at most this many
     cache_root: Path = Path(".sktune/cache")
 
     @property
@@ -47,22 +50,39 @@ class TuneSettings:
 TrialCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
 
-def make_objective(space: SearchSpace, worker: SupervisedWorker, trial_timeout: float) -> Callable[[optuna.Trial], float]:
+def make_objective(space: SearchSpace, worker: SupervisedWorker, backend: Backend,
+                   settings: TuneSettings) -> Callable[[optuna.Trial], float]:
+    bisect_runs = backend.default_bisect_runs if settings.bisect_runs is None else settings.bisect_runs
+    diagnoses_left = [settings.diagnose]
+
     def objective(trial: optuna.Trial) -> float:
         plan = space.suggest(trial)
         trial.set_user_attr("plan", plan.to_json())
         started = time.perf_counter()
-        result = worker.request("run", plan.to_json(), trial_timeout)
+        result = worker.request("run", plan.to_json(), settings.trial_timeout)
         wall = time.perf_counter() - started
         if isinstance(result, WorkerFailure):
             trial.set_user_attr("failure", result.reason)
             if result.trace:
                 trial.set_user_attr("failure_trace", result.trace[-4000:])
+            diagnostic = backend.diagnostic_plan(plan) if result.kind == "hang" else None
+            if diagnostic is not None and diagnoses_left[0] > 0:
+                diagnoses_left[0] -= 1
+                rerun = worker.request("run", diagnostic.to_json(), settings.trial_timeout)
+                trial.set_user_attr("diagnosis", {
+                    "plan": diagnostic.to_json(),
+                    "outcome": rerun.reason if isinstance(rerun, WorkerFailure) else "completed with debug options",
+                    "where": "per-core op progress is in the device log (ASCEND_PROCESS_LOG_PATH, else ~/ascend/log)",
+                })
             raise TrialFailed(result.reason)
-        for key in ("timing", "mismatches", "groups", "regions", "compile_s", "verify_s", "measure_s"):
+        for key in ("timing", "mismatches", "groups", "regions", "compile_s", "verify_s", "measure_s", "observed"):
             trial.set_user_attr(key, result[key])
         trial.set_user_attr("overhead_s", wall - result["measure_s"])
         trial.set_constraint("bitwise", float(len(result["mismatches"])))  # ≤ 0: exact
+        if result["mismatches"] and bisect_runs > 0:
+            found = worker.request("bisect", {"plan": plan.to_json(), "max_runs": bisect_runs}, settings.trial_timeout)
+            if not isinstance(found, WorkerFailure):
+                trial.set_user_attr("smallest_failing_range", found)
         return float(result["timing"]["ratio"])
 
     return objective
@@ -78,6 +98,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     # Failed trials are recorded with their reason; Optuna's own warning + traceback would
     # only tear through the progress display.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    backend = get_backend(settings.backend)  # e.g. no torch-npu: fail before starting a worker
     study = studies.open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
     with SupervisedWorker(config, str(cache_dir)) as worker:
         description = worker.start()
@@ -86,7 +107,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                         {"threads": settings.threads, "input_sets": settings.input_sets})
         if on_ready:
             on_ready(study, description)
-        study.optimize(make_objective(space, worker, settings.trial_timeout), n_trials=settings.trials,
+        study.optimize(make_objective(space, worker, backend, settings), n_trials=settings.trials,
                        timeout=settings.timeout, catch=(TrialFailed,), callbacks=callbacks or [])
         _confirm_best_and_fuse_all(study, worker, settings.trial_timeout)
         _profile_baseline_and_best(study, worker, settings.trial_timeout)

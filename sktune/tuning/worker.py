@@ -63,7 +63,8 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> N
         try:
             if command == "run":
                 _maybe_inject_fault()
-            result = runner.run(payload) if command == "run" else runner.profile(payload)
+            handler = {"run": runner.run, "profile": runner.profile, "bisect": runner.bisect}[command]
+            result = handler(payload)
             conn.send(("ok", result))
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))

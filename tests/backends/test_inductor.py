@@ -87,3 +87,16 @@ def test_unknown_option_and_fallback_rejected(setup) -> None:
 def test_unfused_plan_is_the_reference(setup) -> None:
     graph, _, _ = setup
     assert InductorBackend().compile(graph, Plan.make([Scope(0, len(graph.ops) - 1, None)])) is graph.gm
+
+
+def test_bisect_names_the_inexact_op() -> None:
+    from sktune.tuning.runner import RunnerConfig, TrialRunner
+
+    runner = TrialRunner(RunnerConfig(str(Path(__file__).parent.parent / "models" / "tiny_norm.py"), input_sets=2))
+    n = len(runner.graph.ops)
+    found = runner.bisect({"plan": Plan.make([Scope(0, n - 1, "all")]).to_json(), "max_runs": 8})
+    first, last = found["range"]
+    assert found["runs"] <= 8 and last - first <= 2
+    assert found["op_types"] and set(found["op_types"]) & {"mean", "softmax"}
+    exact = Plan.make([Scope(0, n - 1, "all")], {"fallback_ops": ["mean", "softmax"]})
+    assert runner.bisect({"plan": exact.to_json(), "max_runs": 4})["range"] is None

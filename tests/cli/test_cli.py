@@ -69,3 +69,11 @@ def test_bad_storage_url(test_models: Path, tmp_path: Path) -> None:
                     "--trials", "1", cwd=tmp_path)
     assert result.returncode == 1
     assert "cannot open storage" in result.stderr and "hunter2" not in result.stderr
+
+
+def test_npu_backend_without_torch_npu(studies_dir: Path, tmp_path: Path) -> None:
+    result = sktune("run", str(studies_dir / "quant_block.py"), "--backend", "npu", "--trials", "1",
+                    "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "needs torch-npu" in result.stderr and "sktune[npu]" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,194 @@
+"""The ``npu`` backend: Ascend SuperKernel through torch.compile's ``npugraph_ex``.
+
+Written against the torch-npu API as documented in docs/npu_api.md (read from the
+torch-npu wheels). No Ascend NPU is reachable from this project's machines: the wiring is
+tested on CPU with a narrow double (tests/backends/npu_double.py); nothing here has been
+timed on an NPU by this project.
+
+A plan is applied without touching the user's source: the captured FX graph gets
+``torch.ops.npu.super_kernel_scope_begin/end`` nodes at the scopes' edges and is handed to
+the ``npugraph_ex`` backend with SuperKernel options. The reference is the same capture
+with ``super_kernel_optimize=False``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from sktune.backends._base import Backend, CompiledModel, OptionSpec
+from sktune.backends.npu_options import (
+    FULL_KEY_SET,
+    KeySet,
+    check_torch_npu_version,
+    optimize_options_from_params,
+    search_options,
+    validate_compile_options,
+    validate_scope_names,
+)
+from sktune.errors import SktuneError
+from sktune.graph.markers import insert_scope_markers, scope_marker_ops
+from sktune.graph.opgraph import OpGraph
+from sktune.measure.stats import PairedTiming, paired_timing
+from sktune.space.plan import Plan, check_plan
+
+log = logging.getLogger(__name__)
+
+DEBUG_OPTIONS = "super_kernel_debug_options"  # plan option passed through as that dict
+PROFILE_WARMUP_STEPS = 2
+
+
+def torch_npu_version() -> str:
+    """``torch_npu.__version__``, or one clear message when torch-npu cannot be used here."""
+    try:
+        import torch_npu  # optional extra: Ascend hosts with the CANN toolkit only
+    except Exception as exc:
+        raise SktuneError(
+            "the npu backend needs torch-npu on an Ascend host with the CANN toolkit "
+            f"(pip install 'sktune[npu]'); importing torch_npu failed: {type(exc).__name__}: {exc}. "
+            "On this machine use --backend inductor."
+        ) from exc
+    return str(torch_npu.__version__)
+
+
+def _npugraph_ex() -> Callable[..., Any]:
+    """The registered ``npugraph_ex`` torch.compile backend (registered by torch_npu)."""
+    from torch._dynamo import lookup_backend
+
+    try:
+        return lookup_backend("npugraph_ex")
+    except Exception as exc:
+        raise SktuneError("torch.compile backend 'npugraph_ex' is not registered; is torch_npu imported?") from exc
+
+
+class NpuBackend(Backend):
+    name = "npu"
+    device = "npu"
+    default_bisect_runs = 6  # no data dump under SuperKernel: bisection is how to find the culprit
+
+    def __init__(self, profile_kernels: bool = False, torch_npu_version_: str | None = None) -> None:
+        super().__init__(profile_kernels)
+        self.torch_npu_version = torch_npu_version_ or torch_npu_version()
+        self.key_set: KeySet = check_torch_npu_version(self.torch_npu_version)
+        self.kernel_types: tuple[str, ...] = ()  # Ascend op types seen in the baseline profile
+
+    # -- what can be tuned -------------------------------------------------------
+    def option_space(self, graph: OpGraph) -> list[OptionSpec]:
+        # dcci lists match kernel symbol names, i.e. Ascend op types, not PyTorch op names:
+        # per-type strategies come from the baseline profile (observe).
+        return [spec.to_option_spec() for spec in search_options(self.kernel_types)]
+
+    def unsafe_op_types(self) -> frozenset[str]:
+        # SuperKernel calls the same precompiled kernels; results change through options
+        # (dcci, bypass bits), which the option space marks, not through op types.
+        return frozenset()
+
+    def fallback_candidates(self, graph: OpGraph) -> list[str]:
+        return []  # every op in a SuperKernel already is its precompiled kernel
+
+    # -- applying a plan -----------------------------------------------------------
+    def compile_options(self, plan: Plan) -> dict[str, Any]:
+        """The exact ``options=`` for ``torch.compile(..., backend="npugraph_ex")``, validated."""
+        params = {k: v for k, v in plan.option_dict.items() if k != DEBUG_OPTIONS}
+        options: dict[str, Any] = {
+            "super_kernel_optimize": True,
+            "static_kernel_compile": True,  # SuperKernel needs static kernels
+            "super_kernel_optimize_options": optimize_options_from_params(params),
+        }
+        debug = plan.option_dict.get(DEBUG_OPTIONS)
+        if debug:
+            options[DEBUG_OPTIONS] = dict(debug)
+        validate_compile_options(options, key_set=self.key_set)
+        return options
+
+    def marked_graph(self, graph: OpGraph, plan: Plan) -> torch.fx.GraphModule:
+        """A copy of the captured graph with the plan's scope markers inserted."""
+        check_plan(plan, len(graph.ops), graph.boundaries)
+        validate_scope_names([s.name for s in plan.scopes])
+        begin, end = scope_marker_ops()
+        return insert_scope_markers(copy.deepcopy(graph.gm), plan.scopes, begin, end)
+
+    def compile(self, graph: OpGraph, plan: Plan) -> CompiledModel:
+        options = self.compile_options(plan)  # validate everything before a minutes-long compile
+        marked = self.marked_graph(graph, plan)
+        return _npugraph_ex()(marked, list(graph.flat_args), options=options)
+
+    def reference(self, graph: OpGraph) -> CompiledModel:
+        options = {"super_kernel_optimize": False, "static_kernel_compile": True}
+        return _npugraph_ex()(copy.deepcopy(graph.gm), list(graph.flat_args), options=options)
+
+    def diagnostic_plan(self, plan: Plan) -> Plan | None:
+        """The plan rerun after a hang: per-core op progress lands in the device log."""
+        options = {**plan.option_dict, DEBUG_OPTIONS: {"debug_op_exec_trace": 1}}
+        return Plan.make(plan.scopes, options)
+
+    # -- device and measurement ------------------------------------------------------
+    def synchronize(self) -> None:
+        torch.npu.synchronize()  # type: ignore[attr-defined]
+
+    def environment(self) -> dict[str, str]:
+        name = ""
+        try:
+            name = str(torch.npu.get_device_name())  # type: ignore[attr-defined]
+        except Exception:
+            pass
+        return {"torch": torch.__version__, "torch_npu": self.torch_npu_version, "device": name,
+                "key_set": "full" if self.key_set is FULL_KEY_SET else "legacy"}
+
+    def observe(self, reference: Callable[[], object]) -> None:
+        """Profile the baseline once to learn the Ascend op types (for dcci strategies)."""
+        summary = self._profile([reference] * 3)
+        self.kernel_types = tuple(sorted({k["type"] for k in summary["top_kernels"]}))
+
+    def profile_step(self, fn: Callable[[], object]) -> dict[str, Any]:
+        summary = self._profile([fn] * 5)
+        steps = summary["steps"]
+        median = sorted(s["span_us"] for s in steps)[len(steps) // 2] if steps else 0.0
+        busy = sorted(s["busy_us"] for s in steps)[len(steps) // 2] if steps else 0.0
+        return {"step_us": median, "busy_us": busy, "gap_us": median - busy, "steps": len(steps),
+                "top_kernels": summary["top_kernels"], "superkernels": summary["superkernels"]}
+
+    def time_pair(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
+                  n_batches: int, batch_target_s: float) -> tuple[PairedTiming, dict[str, Any]]:
+        """Device time per step from the profiler: baseline and candidate steps alternate
+        in one profiling session; the candidate's SuperKernel rows say what really fused."""
+        fns = [baseline, candidate] * n_batches
+        summary, per_step = self._profile(fns, with_steps=True)
+        base = [per_step[i] * 1e-6 for i in range(0, len(per_step), 2)]
+        cand = [per_step[i] * 1e-6 for i in range(1, len(per_step), 2)]
+        return paired_timing(base, cand), {"superkernels": summary["superkernels"]}
+
+    def _profile(self, fns: list[Callable[[], object]], with_steps: bool = False) -> Any:
+        """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output."""
+        import torch_npu
+
+        from sktune.measure.ascend_profile import find_profile_files, summarize
+
+        prof_mod = torch_npu.profiler
+        with tempfile.TemporaryDirectory(prefix="sktune-npu-prof-") as out:
+            with prof_mod.profile(
+                activities=[prof_mod.ProfilerActivity.CPU, prof_mod.ProfilerActivity.NPU],
+                # keyword arguments: the order differs from torch.profiler.schedule
+                schedule=prof_mod.schedule(wait=0, warmup=PROFILE_WARMUP_STEPS, active=len(fns), repeat=1,
+                                           skip_first=0),
+                on_trace_ready=prof_mod.tensorboard_trace_handler(out),
+                experimental_config=prof_mod._ExperimentalConfig(
+                    profiler_level=prof_mod.ProfilerLevel.Level0, data_simplification=True),
+            ) as prof:
+                for fn in fns[:PROFILE_WARMUP_STEPS] + fns:
+                    fn()
+                    self.synchronize()
+                    prof.step()
+            # The profiler swallows its own errors: find_profile_files raises if nothing was written.
+            summary = summarize(find_profile_files(out)).to_json()
+        if not with_steps:
+            return summary
+        spans = [s["span_us"] for s in sorted(summary["steps"], key=lambda s: s["step"])]
+        if len(spans) != len(fns):
+            raise SktuneError(f"the NPU profile has {len(spans)} steps, expected {len(fns)}")
+        return summary, spans
