@@ -161,7 +161,8 @@ class NpuBackend(Backend):
         summary, per_step = self._profile(fns, with_steps=True)
         base = [per_step[i] * 1e-6 for i in range(0, len(per_step), 2)]
         cand = [per_step[i] * 1e-6 for i in range(1, len(per_step), 2)]
-        return paired_timing(base, cand), {"superkernels": summary["superkernels"]}
+        return paired_timing(base, cand), {"superkernels": summary["superkernels"],
+                                           "fusion_fail_reasons": summary["fusion_fail_reasons"]}
 
     def _profile(self, fns: list[Callable[[], object]], with_steps: bool = False) -> Any:
         """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output."""

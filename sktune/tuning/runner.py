@@ -39,6 +39,8 @@ class TrialRunner:
 
     def __init__(self, config: RunnerConfig) -> None:
         self.config = config
+        if not log.isEnabledFor(logging.DEBUG):
+            logging.getLogger("torch").setLevel(logging.ERROR)  # Inductor's warnings would tear the progress bar
         torch.set_num_threads(config.threads)
         torch.set_grad_enabled(False)
         self.backend = get_backend(config.backend)
@@ -99,6 +101,8 @@ class TrialRunner:
             n_batches=self.config.n_batches, batch_target_s=self.config.batch_target_s,
         )
         measured = time.perf_counter()
+        if "superkernels" in observed:
+            observed["fusion"] = planned_vs_actual(plan, observed["superkernels"])
         return {
             "bitwise": not mismatches,
             "mismatches": mismatches[:20],
@@ -166,6 +170,14 @@ class TrialRunner:
         else:
             fn = get_backend(self.config.backend, profile_kernels=True).compile(self.graph, Plan.from_json(plan_json))
         return self.backend.profile_step(lambda: fn(*args0))
+
+
+def planned_vs_actual(plan: Plan, superkernels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which named scopes really became SuperKernels (a scope is a request, not a guarantee)."""
+    planned = sorted({s.name for s in plan.scopes if s.name is not None})
+    fused = sorted({k["scope"] for k in superkernels if k.get("scope")})
+    return {"planned": planned, "fused": [n for n in planned if n in fused],
+            "not_fused": [n for n in planned if n not in fused], "unexpected": [n for n in fused if n not in planned]}
 
 
 def _check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path) -> None:

@@ -162,3 +162,12 @@ def test_without_torch_npu_one_clear_message() -> None:
 
     with pytest.raises(SktuneError, match="needs torch-npu"):
         get_backend("npu")
+
+
+def test_planned_vs_actual_fusion() -> None:
+    from sktune.tuning.runner import planned_vs_actual
+
+    plan = Plan.make([Scope(0, 3, "layer_0"), Scope(4, 7, "layer_1"), Scope(8, 9, None)])
+    rows = [{"scope": "layer_0", "name": "sk_layer_0_start_RmsNorm_end_MatMulV2_0"}, {"scope": None}]
+    assert planned_vs_actual(plan, rows) == {"planned": ["layer_0", "layer_1"], "fused": ["layer_0"],
+                                             "not_fused": ["layer_1"], "unexpected": []}
