@@ -27,6 +27,7 @@ def run_command(
     trial_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a trial's worker is killed as hung.")] = 300.0,
     bisect_runs: Annotated[int | None, typer.Option(min=0, help="Compile+verify runs to locate the op range behind a mismatch (default: 6 on npu, 0 on inductor).")] = None,
     diagnose: Annotated[int, typer.Option(min=0, help="Hung trials to rerun once with the backend's debug options (npu: debug_op_exec_trace).")] = 1,
+    allow_changed: Annotated[bool, typer.Option(help="Resume a study even if the model file or versions changed.")] = False,
     summary_json: Annotated[Path | None, typer.Option(help="Write the machine-readable summary here.")] = None,
     debug: Annotated[bool, typer.Option(help="Show tracebacks and debug logs.")] = False,
 ) -> None:
@@ -45,7 +46,7 @@ def run_command(
         settings = TuneSettings(
             model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, timeout=timeout,
             study_name=study, storage=storage, seed=seed, threads=threads, input_sets=input_sets,
-            trial_timeout=trial_timeout, bisect_runs=bisect_runs, diagnose=diagnose,
+            trial_timeout=trial_timeout, bisect_runs=bisect_runs, diagnose=diagnose, allow_changed=allow_changed,
         )
         progress = _Progress(trials)
         try:
@@ -54,7 +55,8 @@ def run_command(
         except KeyboardInterrupt:
             err_console.print(
                 f"interrupted: completed trials are saved in study {settings.study!r}; "
-                "run the same command again to resume"
+                "run the same command again to resume",
+                soft_wrap=True,
             )
             raise typer.Exit(130) from None
         data = summary(result)
@@ -86,6 +88,15 @@ class _Progress:
         self.progress.__exit__(*exc)
 
     def on_ready(self, study: Any, description: dict[str, Any]) -> None:
+        from sktune.tuning.storage import other_local_workers
+
+        others = other_local_workers(study)
+        if others:
+            self.progress.console.print(
+                f"[yellow]warning:[/] sktune process(es) {others} are tuning this study on this host too: "
+                "timings on shared CPU cores interfere. Pin each worker to its own cores "
+                "(taskset -c N sktune run ...) or run one worker per device/host."
+            )
         self.progress.update(self.task, description=f"{study.study_name}: {len(description['ops'])} ops, tuning…")
 
     def on_trial(self, study: Any, trial: Any) -> None:

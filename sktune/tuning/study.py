@@ -13,6 +13,7 @@ import optuna
 from sktune.errors import SktuneError
 from sktune.space.plan import Plan
 from sktune.space.search_space import OptionDomain, SearchSpace, build_space
+from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -33,42 +34,93 @@ def space_from_description(description: dict[str, Any]) -> SearchSpace:
 def open_study(name: str, storage: str, seed: int | None) -> optuna.Study:
     """Create the study or load it to resume; a bad storage URL is a user error."""
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=10)
+    backend = make_storage(storage)
     try:
-        return optuna.create_study(
-            study_name=name, storage=storage, direction="minimize", sampler=sampler, load_if_exists=True
+        study = optuna.create_study(
+            study_name=name, storage=backend, direction="minimize", sampler=sampler, load_if_exists=True
         )
     except Exception as exc:
-        raise SktuneError(f"cannot open storage {mask_url(storage)}: {type(exc).__name__}: {exc}") from exc
+        message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
+        raise SktuneError(f"cannot open study {name!r} in {mask_url(storage)}: {message}") from None
+    fail_orphaned_trials(study)
+    return study
 
 
-def mask_url(url: str) -> str:
-    """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db``."""
-    import re
+def load_existing_study(name: str, storage: str) -> optuna.Study:
+    """A study that must already exist (export, report): never creates a storage or a study.
 
-    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
+    A missing SQLite file, an unusable storage or an unknown study name is one clear
+    ``SktuneError``; credentials in the URL are masked in every message.
+    """
+    masked = mask_url(storage)
+    journal = storage.startswith("journal:") or storage.endswith((".log", ".jsonl"))
+    file = (storage.removeprefix("journal:").removeprefix("//") if journal
+            else storage[len("sqlite:///"):].split("?", 1)[0] if storage.startswith("sqlite:///") else "")
+    if file not in ("", ":memory:") and not Path(file).is_file():
+        raise SktuneError(f"no study storage at {masked}: {file} does not exist (see --storage)")
+    backend = make_storage(storage)
+    try:
+        names = optuna.get_all_study_names(backend)
+    except Exception as exc:
+        message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
+        raise SktuneError(f"cannot open storage {masked}: {message}") from None
+    if name not in names:
+        known = ", ".join(repr(n) for n in sorted(names)) or "none"
+        raise SktuneError(f"no study {name!r} in {masked} (studies there: {known})")
+    return optuna.load_study(study_name=name, storage=backend)
+
+
+def fingerprint(description: dict[str, Any]) -> dict[str, Any]:
+    """What a study tunes: model file, graph, inputs, backend and versions."""
+    import hashlib
+    import json
+
+    from sktune import __version__
+
+    graph = json.dumps([[op["target"] for op in description["ops"]], description["boundaries"]])
+    env = description["environment"]
+    return {
+        "model_sha256": description["model_sha256"],
+        "graph_sha256": hashlib.sha256(graph.encode()).hexdigest(),
+        "input_shapes": description["input_shapes"],
+        "backend": env.get("backend"),
+        "torch": env.get("torch"),
+        "torch_npu": env.get("torch_npu"),
+        "sktune": __version__,
+    }
 
 
 def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace, model_path: Path,
-            settings: dict[str, Any]) -> bool:
+            settings: dict[str, Any], allow_changed: bool = False) -> bool:
     """Record what the study tunes and enqueue the anchors; ``False`` when resuming.
 
-    ``settings`` (threads, input sets) must match on resume: trials timed or verified
-    differently do not compare.
+    On resume the search space and ``settings`` (threads, input sets) must match: trials
+    timed or verified differently do not compare. A changed fingerprint (model file,
+    versions...) is refused unless ``allow_changed``.
     """
     existing = study.user_attrs.get("space")
     if existing is not None:
+        name = study.study_name
         if existing != space.signature():
             raise SktuneError(
-                f"study {study.study_name!r} was created for a different graph or search space "
+                f"study {name!r} was created for a different graph or search space "
                 "(the model or the backend changed); use a new --study name"
             )
         for key, value in settings.items():
             if study.user_attrs.get(key) != value:
                 raise SktuneError(
-                    f"study {study.study_name!r} was run with --{key.replace('_', '-')} {study.user_attrs.get(key)}, "
+                    f"study {name!r} was run with --{key.replace('_', '-')} {study.user_attrs.get(key)}, "
                     f"not {value}; resume with the same value or use a new --study name"
                 )
+        old, new = study.user_attrs.get("fingerprint", {}), fingerprint(description)
+        changed = [f"{k}: {old.get(k)!r} → {new[k]!r}" for k in new if old.get(k) != new[k]]
+        if changed and not allow_changed:
+            raise SktuneError(
+                f"study {name!r} was tuning something else; changed: " + "; ".join(changed)
+                + ". Use a new --study name, or --allow-changed to resume anyway"
+            )
         return False
+    study.set_user_attr("fingerprint", fingerprint(description))
     study.set_user_attr("space", space.signature())
     for key, value in settings.items():
         study.set_user_attr(key, value)

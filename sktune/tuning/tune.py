@@ -17,6 +17,7 @@ from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning import study as studies
+from sktune.tuning.storage import WORKER_ATTR, worker_tag
 from sktune.tuning.worker import SupervisedWorker, WorkerFailure, runner_config
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class TuneSettings:
     trial_timeout: float = 300.0
     bisect_runs: int | None = None  # None: the backend's default
     diagnose: int = 1  # hung trials rerun with the backend's diagnostic plan, at most this many
+    allow_changed: bool = False  # resume a study although its fingerprint changed
     cache_root: Path = Path(".sktune/cache")
 
     @property
@@ -58,6 +60,7 @@ def make_objective(space: SearchSpace, worker: SupervisedWorker, backend: Backen
     def objective(trial: optuna.Trial) -> float:
         plan = space.suggest(trial)
         trial.set_user_attr("plan", plan.to_json())
+        trial.set_user_attr(WORKER_ATTR, worker_tag())  # lets a resumed run fail this trial if we die
         started = time.perf_counter()
         result = worker.request("run", plan.to_json(), settings.trial_timeout)
         wall = time.perf_counter() - started
@@ -104,7 +107,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         description = worker.start()
         space = studies.space_from_description(description)
         studies.prepare(study, description, space, settings.model_path,
-                        {"threads": settings.threads, "input_sets": settings.input_sets})
+                        {"threads": settings.threads, "input_sets": settings.input_sets}, settings.allow_changed)
         if on_ready:
             on_ready(study, description)
         study.optimize(make_objective(space, worker, backend, settings), n_trials=settings.trials,

@@ -1,0 +1,90 @@
+"""Where studies live: Optuna storages from a URL, and trials orphaned by a killed run.
+
+- ``sqlite:///file.db`` (default), ``postgresql://...``, any SQLAlchemy URL: RDB storage
+  with a heartbeat, so a trial whose process died is failed by the next run anywhere.
+- ``journal:PATH`` or a path ending in ``.log``/``.jsonl``: an Optuna journal file
+  (many processes on one file system, no database server).
+Trials also record their host and pid: a RUNNING trial whose process is gone from this
+host is failed at once on resume (journal storages have no heartbeat).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import warnings
+from typing import Any
+
+import optuna
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from sktune.errors import SktuneError
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 10
+GRACE_PERIOD_S = 30  # a RUNNING trial silent this long belongs to a dead process
+WORKER_ATTR = "worker"
+
+
+def mask_url(url: str) -> str:
+    """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db``."""
+    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+def make_storage(url: str) -> BaseStorage:
+    """An Optuna storage for ``url``; one clear (credential-free) message when it fails."""
+    try:
+        if url.startswith("journal:") or url.endswith((".log", ".jsonl")):
+            path = url.removeprefix("journal:").removeprefix("//")
+            return JournalStorage(JournalFileBackend(path))
+        with warnings.catch_warnings():  # the heartbeat is "experimental" in Optuna; we rely on it knowingly
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S)
+    except Exception as exc:
+        message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
+        raise SktuneError(f"cannot open storage {mask_url(url)}: {message}") from None
+
+
+def worker_tag() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_orphaned_trials(study: optuna.Study) -> list[int]:
+    """Mark FAIL the RUNNING trials whose process on this host no longer exists."""
+    host, failed = socket.gethostname(), []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        tag = trial.user_attrs.get(WORKER_ATTR)
+        if not tag or tag.get("host") != host or _alive(int(tag["pid"])) or tag.get("pid") == os.getpid():
+            continue
+        study._storage.set_trial_user_attr(trial._trial_id, "failure", "interrupted: its sktune process was killed")
+        study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        failed.append(trial.number)
+    if failed:
+        log.warning("trials %s were left RUNNING by a killed run; marked failed", failed)
+    return failed
+
+
+def other_local_workers(study: optuna.Study) -> list[int]:
+    """Pids of other live sktune processes on this host running trials of ``study``."""
+    host, me = socket.gethostname(), os.getpid()
+    pids = set()
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        tag = trial.user_attrs.get(WORKER_ATTR) or {}
+        if tag.get("host") == host and tag.get("pid") != me and _alive(int(tag.get("pid", 0))):
+            pids.add(int(tag["pid"]))
+    return sorted(pids)

@@ -1,0 +1,108 @@
+"""Interruptions and resumption: SIGINT, SIGKILL, a changed model; many workers on one study."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+
+
+def start(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sktune", "run", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(storage, name: str) -> list:
+    return [t for t in optuna.load_study(study_name=name, storage=storage).get_trials() if t.state.is_finished()]
+
+
+def wait_for_complete(storage: str, name: str, n: int, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if sum(t.state == optuna.trial.TrialState.COMPLETE for t in finished(storage, name)) >= n:
+                return
+        except KeyError:
+            pass  # study not created yet
+        time.sleep(1)
+    raise AssertionError(f"fewer than {n} complete trials after {timeout} s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_run_resumes_without_losing_trials(tmp_path: Path, sig: signal.Signals) -> None:
+    storage = f"sqlite:///{tmp_path}/s.db"
+    args = [str(MODELS / "tiny_norm.py"), "--backend", "inductor", "--storage", storage, "--study", "s"]
+    run = start([*args, "--trials", "40"], tmp_path)
+    wait_for_complete(storage, "s", 2)
+    run.send_signal(sig)
+    out, err = run.communicate(timeout=60)
+    complete_before = {t.number for t in finished(storage, "s") if t.state == optuna.trial.TrialState.COMPLETE}
+    if sig == signal.SIGINT:
+        assert run.returncode == 130 and "run the same command again to resume" in err
+        assert "Traceback" not in err
+    again = subprocess.run([sys.executable, "-m", "sktune", "run", *args, "--trials", "1"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    trials = optuna.load_study(study_name="s", storage=storage).get_trials()
+    complete_after = {t.number for t in trials if t.state == optuna.trial.TrialState.COMPLETE}
+    assert complete_before <= complete_after and len(complete_after) == len(complete_before) + 1
+    running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert running == [], "the interrupted trial must not stay RUNNING"
+    failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    if sig == signal.SIGKILL:
+        assert failed and "interrupted" in failed[0].user_attrs["failure"]
+
+
+def test_changed_model_is_refused(tmp_path: Path) -> None:
+    model = tmp_path / "m.py"
+    model.write_text((MODELS / "tiny_norm.py").read_text())
+    storage = f"sqlite:///{tmp_path}/s.db"
+    args = [str(model), "--backend", "inductor", "--storage", storage, "--study", "s", "--trials", "1"]
+    first = subprocess.run([sys.executable, "-m", "sktune", "run", *args], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    model.write_text(model.read_text() + "\n# edited\n")
+    second = subprocess.run([sys.executable, "-m", "sktune", "run", *args], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert second.returncode == 1 and "model_sha256" in second.stderr and "--allow-changed" in second.stderr
+    third = subprocess.run([sys.executable, "-m", "sktune", "run", *args, "--allow-changed"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert len(finished(storage, "s")) == 2
+
+
+def _postgres_url() -> str:
+    name = f"sktune_test_{uuid.uuid4().hex[:8]}"
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-c", f"CREATE DATABASE {name}"], check=True,
+                   capture_output=True)
+    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["postgresql", "journal"])
+def test_many_workers_one_study(tmp_path: Path, kind: str) -> None:
+    storage = _postgres_url() if kind == "postgresql" else f"journal:{tmp_path}/study.log"
+    optuna_storage = storage if kind == "postgresql" else optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(f"{tmp_path}/study.log"))
+    args = [str(MODELS / "tiny_norm.py"), "--backend", "inductor", "--storage", storage, "--study", "w",
+            "--trials", "4"]
+    workers = [start(args, tmp_path) for _ in range(3)]
+    outs = [w.communicate(timeout=900) for w in workers]
+    for w, (out, err) in zip(workers, outs):
+        assert w.returncode == 0, err[-2000:]
+    trials = finished(optuna_storage, "w")
+    numbers = [t.number for t in trials]
+    assert len(trials) == 12 and sorted(numbers) == list(range(12)), numbers
+    pids = {t.user_attrs["worker"]["pid"] for t in trials}
+    assert len(pids) == 3, "every worker ran trials"
+    bests = {optuna.load_study(study_name="w", storage=optuna_storage).best_trial.number for _ in range(2)}
+    assert len(bests) == 1
