@@ -19,3 +19,7 @@ class NondeterministicModelError(SktuneError):
 
 class PlanError(SktuneError):
     """A plan does not fit the captured graph or the backend's rules."""
+
+
+class ExportError(SktuneError):
+    """A tuned result cannot be exported in the requested form (the message says why)."""

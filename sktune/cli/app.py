@@ -6,8 +6,10 @@ import logging
 
 import typer
 
+from sktune.cli.export_cmd import export_command
 from sktune.cli.inspect_cmd import inspect_command
 from sktune.cli.profile_cmd import profile_command
+from sktune.cli.report_cmd import report_command
 from sktune.cli.run_cmd import run_command
 
 app = typer.Typer(
@@ -20,6 +22,8 @@ app = typer.Typer(
 app.command("run")(run_command)
 app.command("inspect")(inspect_command)
 app.command("profile")(profile_command)
+app.command("report")(report_command)
+app.command("export")(export_command)
 
 
 def main() -> None:

@@ -130,8 +130,12 @@ def _print_summary(data: dict[str, Any]) -> None:
     console = Console()
     console.print(table)
     if data["speedup"]:
-        verdict = ("faster than unfused (interval excludes 1)" if data["significant"]
-                   else "not measurably faster than unfused (interval includes 1)")
+        if data.get("best_fuses_nothing"):
+            verdict = "no exact fusion plan beat the unfused graph (the best is the unfused plan itself)"
+        elif data["significant"]:
+            verdict = "faster than unfused (interval excludes 1)"
+        else:
+            verdict = "not measurably faster than unfused (interval includes 1)"
         source = ("re-measured after the search" if data["timing_source"] == "re-measured"
                   else "from the search trial")
         console.print(f"best exact plan: {verdict}; times {source}")

@@ -70,7 +70,18 @@ def capture(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> OpGraph:
     if len(captured) != 1:
         raise CaptureError(f"expected one captured graph, got {len(captured)}")
     gm, flat_args = captured[0]
-    by_id = {id(t): i for i, t in enumerate(inputs)}
+    return opgraph_from(gm, flat_args, inputs)
+
+
+def opgraph_from(gm: fx.GraphModule, flat_args: Sequence[torch.Tensor],
+                 inputs: Sequence[torch.Tensor] | None = None) -> OpGraph:
+    """The OpGraph of a graph Dynamo captured: its ops (type, module, source) and legal cuts.
+
+    ``flat_args`` are the graph's example arguments as Dynamo passed them to the backend;
+    ``inputs`` are the user's inputs, to tell which placeholders they feed (without them
+    every placeholder counts as a parameter, which is all a compiler needs).
+    """
+    by_id = {id(t): i for i, t in enumerate(inputs or ())}
     positions = tuple(by_id.get(id(t)) for t in flat_args)
     nodes = op_nodes(gm)
     ops = []

@@ -178,6 +178,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "input_sets": study.user_attrs.get("input_sets"),
         "threads": study.user_attrs.get("threads"),
         "baseline_s": None, "best_s": None, "speedup": None, "speedup_ci": None, "significant": False,
+        "best_fuses_nothing": False,
         "verified_bitwise": False, "best_trial": None, "best_plan": None, "groups": [],
         "fuse_all": None, "gain_kept": None,
         "median_overhead_s": statistics.median(overheads) if overheads else None,
@@ -187,13 +188,16 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     if best is not None and best.plan is not None and best.ratio_ci is not None:
         plan = Plan.from_json(best.plan)
         timing, bitwise, source = _confirmed(study, "confirm_best", best)
+        groups = group_ops(n_ops, plan.scopes)
         lo, hi = timing["ratio_ci"]
         out.update(
             baseline_s=timing["baseline_s"], best_s=timing["candidate_s"],
             speedup=timing["baseline_s"] / timing["candidate_s"], speedup_ci=[1.0 / hi, 1.0 / lo],
-            significant=hi < 1.0, timing_source=source, search_speedup=1.0 / best.ratio,
+            # An unfused best runs the baseline itself: any "speedup" is noise by construction.
+            significant=hi < 1.0 and bool(groups), best_fuses_nothing=not groups,
+            timing_source=source, search_speedup=1.0 / best.ratio,
             verified_bitwise=bitwise, best_trial=best.number, best_plan=plan.to_json(),
-            groups=[list(g) for g in group_ops(n_ops, plan.scopes)],
+            groups=[list(g) for g in groups],
         )
     if fuse_all is not None and fuse_all.ratio is not None:
         timing, _, source = _confirmed(study, "confirm_fuse_all", fuse_all)

@@ -30,7 +30,9 @@ def test_inspect_json_contract(test_models: Path) -> None:
         ("missing.py", "model file not found"),
         ("syntax_error.py", "syntax error"),
         ("no_build.py", "does not define build_model"),
+        ("no_inputs_fn.py", "does not define example_inputs"),
         ("build_raises.py", "weights not found"),
+        ("returns_int.py", "must return tensors"),
         ("graph_break.py", "graph break"),
     ],
 )
@@ -64,11 +66,12 @@ def test_bad_flags_rejected(test_models: Path, tmp_path: Path, args: list[str]) 
     assert "Traceback" not in result.stderr
 
 
-def test_bad_storage_url(test_models: Path, tmp_path: Path) -> None:
-    result = sktune("run", str(test_models / "tiny_norm.py"), "--storage", "nosuchdb://user:hunter2@x/y",
-                    "--trials", "1", cwd=tmp_path)
-    assert result.returncode == 1
-    assert "cannot open storage" in result.stderr and "hunter2" not in result.stderr
+@pytest.mark.parametrize("url", ["nosuchdb://user:hunter2@x/y", "postgresql://user:hunter2@127.0.0.1:1/db"])
+def test_bad_or_unreachable_storage_url(test_models: Path, tmp_path: Path, url: str) -> None:
+    result = sktune("run", str(test_models / "tiny_norm.py"), "--storage", url, "--trials", "1", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "cannot open" in result.stderr and "hunter2" not in result.stderr and "***" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_npu_backend_without_torch_npu(studies_dir: Path, tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def wait_for_complete(storage: str, name: str, n: int, timeout: float = 240) -> 
     raise AssertionError(f"fewer than {n} complete trials after {timeout} s")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
 def test_interrupted_run_resumes_without_losing_trials(tmp_path: Path, sig: signal.Signals) -> None:
     storage = f"sqlite:///{tmp_path}/s.db"
     args = [str(MODELS / "tiny_norm.py"), "--backend", "inductor", "--storage", storage, "--study", "s"]
@@ -62,6 +62,7 @@ def test_interrupted_run_resumes_without_losing_trials(tmp_path: Path, sig: sign
         assert failed and "interrupted" in failed[0].user_attrs["failure"]
 
 
+@pytest.mark.slow  # three runs of the worker; CI runs it
 def test_changed_model_is_refused(tmp_path: Path) -> None:
     model = tmp_path / "m.py"
     model.write_text((MODELS / "tiny_norm.py").read_text())

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import optuna
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
 from test_cli import sktune  # noqa: E402
@@ -63,6 +64,7 @@ def _fault_env(kind: str, tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "SKTUNE_TEST_FAULT": kind, "SKTUNE_TEST_FAULT_MARKER": str(tmp_path / f"{kind}.fired")}
 
 
+@pytest.mark.slow  # ~2 min: a 30 s hang plus two worker restarts; CI runs it (.ci/run)
 def test_hung_and_crashed_trials_are_failed_and_study_continues(test_models: Path, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/faults.db"
     for kind, reason in (("hang", "hang"), ("segfault", "crash")):

@@ -1,0 +1,154 @@
+"""``sktune.apply``: a tuned plan back into ``torch.compile``, without editing the model.
+
+The returned module is ``torch.compile(model, backend=<sktune>, fullgraph=True,
+dynamic=False)``. On the first call Dynamo captures the forward; sktune builds the same
+op list it tuned on (``graph.capture.opgraph_from``), checks that the plan fits it, and
+hands the graph to the backend (``inductor``: the plan's regions compiled by Inductor;
+``npu``: SuperKernel scope markers inserted, compiled by ``npugraph_ex``).
+
+Call the result the way sktune tuned it: the model in eval mode, under
+``torch.no_grad()``, at the thread count of the study. With autograd on, Dynamo may
+capture a different graph, and the regions would be compiled for training, which was
+never verified.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import fx
+
+from sktune.backends import Backend, CompiledModel, get_backend
+from sktune.errors import PlanError
+from sktune.graph.capture import opgraph_from
+from sktune.graph.opgraph import OpGraph
+from sktune.space.plan import Plan, check_plan
+
+log = logging.getLogger(__name__)
+
+EXPORT_VERSION_KEY = "sktune_export_version"
+
+
+@dataclass(frozen=True)
+class TunedPlan:
+    """A plan and what is known about the graph it was tuned on (op count, op types)."""
+
+    plan: Plan
+    n_ops: int | None = None
+    op_types: tuple[str, ...] | None = None
+
+    @classmethod
+    def parse(cls, plan: Plan | dict[str, Any]) -> "TunedPlan":
+        """A ``Plan``, a plan's JSON (optionally with ``n_ops``), or a ``sktune export`` document."""
+        if isinstance(plan, Plan):
+            return cls(plan)
+        if not isinstance(plan, dict):
+            raise PlanError(f"expected a Plan or a plan dict, got {type(plan).__name__}")
+        n_ops, op_types = plan.get("n_ops"), None
+        if EXPORT_VERSION_KEY in plan:  # the whole `sktune export --format json` document
+            provenance = plan.get("provenance") or {}
+            n_ops, op_types = provenance.get("n_ops"), provenance.get("op_types")
+            plan = plan.get("plan") or {}
+        try:
+            parsed = Plan.from_json(plan)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlanError(f"not a valid sktune plan: {type(exc).__name__}: {exc}") from exc
+        return cls(parsed, None if n_ops is None else int(n_ops), None if op_types is None else tuple(op_types))
+
+    def check_fits(self, graph: OpGraph) -> None:
+        """Refuse a graph other than the tuned one: op count, op types, then the plan's cuts."""
+        have = len(graph.ops)
+        differs = "the model's graph differs from the tuned one"
+        hint = ("apply the plan to the model it was tuned on, in eval mode, called under torch.no_grad() "
+                "with inputs of the tuned shapes")
+        if self.n_ops is not None and have != self.n_ops:
+            raise PlanError(f"{differs}: it has {have} ops, the plan was tuned on a graph of {self.n_ops} ops; {hint}")
+        if self.op_types is not None:
+            for op, tuned in zip(graph.ops, self.op_types):
+                if op.target != tuned:
+                    raise PlanError(f"{differs}: op {op.index} is {op.target!r} here but {tuned!r} in the tuned "
+                                    f"graph ({have} ops in both); {hint}")
+        reach = max((s.last_op + 1 for s in self.plan.scopes), default=0)
+        if reach > have:
+            raise PlanError(f"{differs}: it has {have} ops, the plan's scopes reach op {reach - 1} "
+                            f"(the tuned graph had at least {reach} ops); {hint}")
+        check_plan(self.plan, have, graph.boundaries)
+
+
+@dataclass
+class AppliedPlan:
+    """The ``torch.compile`` backend that ``apply`` installs; keeps what it compiled.
+
+    Each graph Dynamo captures (one per recompile) is checked and compiled on its first
+    call, so that a plan that does not fit raises its ``PlanError`` at the call, not
+    wrapped in Dynamo's ``BackendCompilerFailed``.
+    """
+
+    tuned: TunedPlan
+    backend: Backend
+    graphs: list[OpGraph] = field(default_factory=list)  # as captured (ops, cuts; no arguments), in compile order
+    compiled: list[CompiledModel] = field(default_factory=list)  # what the backend returned for each
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledModel:
+        return _CompileOnFirstCall(self, gm)
+
+    def compile_graph(self, gm: fx.GraphModule, args: Sequence[torch.Tensor]) -> CompiledModel:
+        if torch.is_grad_enabled():
+            log.warning("sktune.apply: the model is called with autograd on; sktune tuned and verified it under "
+                        "torch.no_grad(), and the fused regions are compiled for inference: their outputs do not "
+                        "require grad (call the model under torch.no_grad())")
+        graph = opgraph_from(gm, list(args))
+        self.tuned.check_fits(graph)
+        compiled = self.backend.compile(graph, self.tuned.plan)
+        self.graphs.append(replace(graph, flat_args=(), input_positions=()))  # keep no tensors alive
+        self.compiled.append(compiled)
+        return compiled
+
+
+class _CompileOnFirstCall:
+    """What Dynamo gets back: compiles with the first call's real arguments, then forwards."""
+
+    def __init__(self, owner: AppliedPlan, gm: fx.GraphModule) -> None:
+        self.owner = owner
+        self.gm: fx.GraphModule | None = gm
+        self.fn: CompiledModel | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.fn is None:
+            assert self.gm is not None
+            self.fn = self.owner.compile_graph(self.gm, args)
+            self.gm = None
+        return self.fn(*args)
+
+
+_APPLIED: "weakref.WeakKeyDictionary[torch.nn.Module, AppliedPlan]" = weakref.WeakKeyDictionary()
+
+
+def apply(model: torch.nn.Module, plan: Plan | dict[str, Any], backend: str = "inductor") -> torch.nn.Module:
+    """``model`` compiled with ``plan`` applied; use it in eval mode under ``torch.no_grad()``.
+
+    ``plan`` is a ``Plan``, a plan's JSON (``best_plan`` of the summary; an ``n_ops`` key
+    makes the op-count check exact) or the document ``sktune export --format json``
+    writes. A model whose captured graph is not the tuned one raises ``PlanError`` on
+    the first call, with both op counts.
+    """
+    tuned = TunedPlan.parse(plan)
+    if model.training:
+        log.warning("sktune.apply: the model is in training mode; sktune tunes it in eval mode (call model.eval())")
+    applied = AppliedPlan(tuned, get_backend(backend))
+    compiled = torch.compile(model, backend=applied, fullgraph=True, dynamic=False)
+    _APPLIED[compiled] = applied
+    return compiled
+
+
+def applied_plan(module: torch.nn.Module) -> AppliedPlan:
+    """The backend record of a module ``apply`` returned: its plan and compiled graphs."""
+    try:
+        return _APPLIED[module]
+    except KeyError:
+        raise ValueError("this module was not returned by sktune.apply") from None

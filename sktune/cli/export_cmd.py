@@ -1,0 +1,58 @@
+"""``sktune export --study NAME --format json|python|patch``: the best plan, ready to use."""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sktune.cli._errors import err_console, user_errors
+
+
+class ExportFormat(str, enum.Enum):
+    json = "json"
+    python = "python"
+    patch = "patch"
+
+
+def export_command(
+    study: Annotated[str, typer.Option(help="Name of the study to export from.")],
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="json: plan + provenance; python: a snippet to "
+                                                 "paste; patch: scope markers as a diff of the model file.")],
+    storage: Annotated[str, typer.Option(help="Optuna storage URL the study lives in.")] = "sqlite:///sktune.db",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+) -> None:
+    """Export the best bitwise-exact plan of a study (read-only: runs no model code)."""
+    with user_errors(debug):
+        import optuna
+
+        from sktune.errors import SktuneError
+        from sktune.report.export import export_json, export_patch, export_python
+        from sktune.tuning.study import load_existing_study
+
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        if output is not None and not output.resolve().parent.is_dir():
+            raise SktuneError(f"-o: directory {output.resolve().parent} does not exist")
+        loaded = load_existing_study(study, storage)
+        if fmt is ExportFormat.json:
+            text = json.dumps(export_json(loaded, storage), indent=2) + "\n"
+        elif fmt is ExportFormat.python:
+            text = export_python(loaded, storage)
+        else:
+            text = export_patch(loaded)
+            if loaded.user_attrs.get("backend") != "npu":
+                err_console.print(f"note: study {study!r} was tuned with the {loaded.user_attrs.get('backend')} "
+                                  "backend; these markers take effect only under "
+                                  'torch.compile(backend="npugraph_ex")', highlight=False, markup=False)
+        if output is None:
+            typer.echo(text, nl=False)
+            return
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            raise SktuneError(f"cannot write {output}: {exc}") from exc
+    err_console.print(f"{fmt.value} export of study {study!r} written to {output}", highlight=False, markup=False)

@@ -1,0 +1,203 @@
+"""``sktune export``: the best bitwise-exact plan of a study as JSON, a Python snippet, or a patch.
+
+All three read only the study (and, for the patch, the model file it names): nothing
+here runs user code or compiles anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pprint
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from sktune.errors import ExportError
+from sktune.graph.grouping import regions
+from sktune.space.plan import Plan
+from sktune.tuning import study as studies
+
+EXPORT_VERSION = 1
+DEFAULT_TORCH_NPU = "2.14.0"  # key set assumed when the study recorded no torch_npu version
+
+
+def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
+    """The study's summary and its best feasible plan, or one clear error."""
+    from sktune.tuning.tune import summary
+
+    data = summary(study)
+    if data["best_plan"] is None:
+        raise ExportError(
+            f"study {study.study_name!r} has no bitwise-exact completed trial "
+            f"({data['n_complete']} complete, {data['n_infeasible']} not bitwise, {data['n_failed']} failed); "
+            "run more trials (same --study and --storage resumes it)"
+        )
+    return data, Plan.from_json(data["best_plan"])
+
+
+def _storage_url(study: optuna.Study) -> str | None:
+    """The study's storage URL when Optuna exposes one (RDB storages, possibly cached)."""
+    storage = getattr(study, "_storage", None)
+    storage = getattr(storage, "_backend", storage)
+    url = getattr(storage, "url", None)
+    return str(url) if url is not None else None
+
+
+def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, Any]:
+    """The best plan, versioned, with provenance. ``sktune.apply`` accepts this document."""
+    from sktune import __version__
+
+    data, plan = _best(study)
+    attrs = study.user_attrs
+    url = storage or _storage_url(study)
+    return {
+        "sktune_export_version": EXPORT_VERSION,
+        "plan": plan.to_json(),
+        "provenance": {
+            "study": study.study_name,
+            "trial": data["best_trial"],
+            "backend": attrs.get("backend"),
+            "speedup": data["speedup"],
+            "speedup_ci": data["speedup_ci"],
+            "significant": data["significant"],
+            "baseline_s": data["baseline_s"],
+            "best_s": data["best_s"],
+            "timing_source": data.get("timing_source"),
+            "verified_bitwise": data["verified_bitwise"],
+            "input_sets": attrs.get("input_sets"),
+            "threads": attrs.get("threads"),
+            "environment": attrs.get("environment"),
+            "sktune_version": __version__,
+            "model": attrs.get("model"),
+            "model_sha256": attrs.get("model_sha256"),
+            "input_shapes": attrs.get("input_shapes"),
+            "n_ops": len(attrs.get("ops", [])),
+            "op_types": [op["target"] for op in attrs.get("ops", [])],
+            "groups": data["groups"],
+            "storage": studies.mask_url(url) if url else None,
+        },
+    }
+
+
+def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
+    lo, hi = data["speedup_ci"]
+    verdict = "significant" if data["significant"] else "not significant: the interval includes 1"
+    verified = (f"outputs verified bitwise equal to the unfused model on {input_sets} input sets"
+                if data["verified_bitwise"] else "outputs NOT verified bitwise (the re-measurement disagreed)")
+    spans = regions(data["n_ops"], plan.scopes)
+    fused = (f"Fused regions (op ranges): {', '.join(f'{a}..{b}' for a, b in spans)}" if spans
+             else "This plan fuses nothing: every op runs as in eager mode")
+    return [
+        f"# Measured: speedup {data['speedup']:.3f}x over unfused (95 % interval {lo:.3f}-{hi:.3f}x, {verdict}),",
+        f"# baseline timed in the same run; {verified}.",
+        f"# {fused}.",
+    ]
+
+
+def _literal(name: str, value: Any) -> str:
+    """``NAME = <Python literal>``, continuation lines aligned under the opening brace."""
+    text = pprint.pformat(value, sort_dicts=False, width=100 - len(name) - 3)
+    return f"{name} = " + text.replace("\n", "\n" + " " * (len(name) + 3))
+
+
+def _plan_literal(plan: Plan, n_ops: int) -> str:
+    """The plan as a Python dict literal; ``n_ops`` lets sktune.apply refuse another graph."""
+    return _literal("PLAN", {**plan.to_json(), "n_ops": n_ops})
+
+
+def export_python(study: optuna.Study, storage: str | None = None) -> str:
+    """A paste-ready snippet for the study's backend (expects ``model`` to be bound).
+
+    ``storage`` (the study's URL) goes into the command the npu snippet suggests."""
+    data, plan = _best(study)
+    attrs = study.user_attrs
+    env = attrs.get("environment") or {}
+    threads = attrs.get("threads", 1)
+    npu = attrs.get("backend") == "npu"
+    head = [
+        f"# sktune export: study {study.study_name!r}, trial {data['best_trial']} "
+        f"({attrs.get('backend')} backend, torch {env.get('torch', '?')}"
+        + (f", torch_npu {env.get('torch_npu', '?')})" if npu else f", {threads} thread(s))"),
+        *_measured(data, plan, attrs.get("input_sets")),
+        "# Use it as it was tuned: model.eval(), calls under torch.no_grad()"
+        + ("." if npu else f", torch.set_num_threads({threads})."),
+    ]
+    literal = _plan_literal(plan, len(attrs.get("ops", [])))
+    if npu:
+        return "\n".join(head + _npu_lines(study, plan, literal, env, storage)) + "\n"
+    return "\n".join(head + [
+        "# sktune.apply returns torch.compile(model, backend=<the plan's Inductor regions>, fullgraph=True, "
+        "dynamic=False):",
+        "# each fused group is one Inductor-compiled region, everything else runs eagerly.",
+        "import sktune",
+        "",
+        literal,
+        'model = sktune.apply(model, PLAN, backend="inductor")',
+    ]) + "\n"
+
+
+def _npu_lines(study: optuna.Study, plan: Plan, literal: str, env: dict[str, Any],
+               storage: str | None) -> list[str]:
+    from sktune.backends.npu import NpuBackend
+
+    version = env.get("torch_npu") or DEFAULT_TORCH_NPU
+    options = NpuBackend(torch_npu_version_=version).compile_options(plan)
+    compile_line = 'model = torch.compile(model, backend="npugraph_ex", options=OPTIONS, dynamic=False, fullgraph=True)'
+    lines = [
+        "import torch",
+        "import torch_npu  # noqa: F401  (registers the npugraph_ex backend)",
+        "",
+        f"# SuperKernel options for torch_npu {version}:",
+        _literal("OPTIONS", options),
+        literal,
+    ]
+    try:
+        export_patch(study)
+    except ExportError as exc:
+        return lines + [
+            f"# The scopes cannot be written into your source: {exc}".replace("\n", " "),
+            "# sktune.apply inserts the scope markers into the captured graph and compiles it with exactly",
+            f"#   {compile_line.removeprefix('model = ')}",
+            "import sktune",
+            "",
+            'model = sktune.apply(model, PLAN, backend="npu")',
+        ]
+    return lines + [
+        "# 1. Put the scope markers into your source:",
+        f"#      sktune export --study {study.study_name}{_storage_option(storage or _storage_url(study))} --format patch -o sktune.patch "
+        "&& patch -p1 < sktune.patch",
+        '#    (or skip the edit: model = sktune.apply(model, PLAN, backend="npu") inserts them into the graph)',
+        "# 2. Compile with the tuned SuperKernel options:",
+        compile_line,
+    ]
+
+
+def _storage_option(url: str | None) -> str:
+    return "" if url is None or url == studies.DEFAULT_STORAGE else f" --storage {studies.mask_url(url)}"
+
+
+def export_patch(study: optuna.Study, model_file: str | Path | None = None, root: str | Path | None = None) -> str:
+    """A unified diff of the model file inserting the best plan's scope markers.
+
+    Paths in the diff are relative to ``root`` (default: the working directory) when the
+    file lies under it, else just its name; apply it with ``patch -p1`` from there.
+    """
+    from sktune.report.scope_patch import scope_patch
+
+    _, plan = _best(study)
+    attrs = study.user_attrs
+    path = Path(model_file or attrs.get("model") or "")
+    if not path.is_file():
+        raise ExportError(f"the model file {str(path) or '(none recorded)'} of study {study.study_name!r} is not here; "
+                          "pass the file, or use sktune.apply(model, PLAN, backend=...) instead")
+    raw = path.read_bytes()
+    recorded = attrs.get("model_sha256")
+    if recorded and hashlib.sha256(raw).hexdigest() != recorded:
+        raise ExportError(f"{path} changed since study {study.study_name!r} was tuned (sha256 differs), so the "
+                          "ops' source lines no longer match it; re-run the study or use sktune.apply(...) instead")
+    base = Path(root or Path.cwd()).resolve()
+    resolved = path.resolve()
+    display = resolved.relative_to(base).as_posix() if resolved.is_relative_to(base) else resolved.name
+    tuned_path = Path(attrs.get("model") or path)  # the ops' source lines name the file as it was tuned
+    return scope_patch(raw.decode("utf-8"), tuned_path, attrs.get("ops", []), plan.scopes, display)

@@ -1,0 +1,254 @@
+"""One self-contained HTML file per study: plotly.js embedded once, no network needed.
+
+Every string that reaches the page from the study (op types, module paths, file names,
+failure messages, kernel names) goes through ``html.escape`` here or in ``figures``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+
+from sktune.report import data, figures
+
+log = logging.getLogger(__name__)
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1280px;padding:0 24px 48px;color:#222}
+h1{margin-top:24px}h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:40px}
+table{border-collapse:collapse;margin:8px 0 16px;font-size:14px}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.sortable th{cursor:pointer;user-select:none}
+table.sortable th[data-dir=asc]::after{content:" \\25B2"}table.sortable th[data-dir=desc]::after{content:" \\25BC"}
+.verdict{font-size:18px;background:#eef6ee;border-left:5px solid #2ca02c;padding:10px 14px;margin:12px 0}
+.note{color:#666;font-style:italic}.bad{color:#b00}.ok{color:#070}
+details{border:1px solid #ddd;border-radius:4px;padding:6px 10px;margin:6px 0}summary{cursor:pointer}
+code{background:#f4f4f4;padding:1px 4px;border-radius:3px}
+"""
+
+# Click a header to sort by it; click again to reverse. Numbers sort numerically, blanks last.
+_SORT_JS = """
+document.querySelectorAll('table.sortable th').forEach(function (th) {
+  th.addEventListener('click', function () {
+    var table = th.closest('table'), body = table.tBodies[0], col = th.cellIndex;
+    var asc = th.getAttribute('data-dir') !== 'asc';
+    table.querySelectorAll('th').forEach(function (h) { h.removeAttribute('data-dir'); });
+    th.setAttribute('data-dir', asc ? 'asc' : 'desc');
+    var key = function (row) { return row.cells[col].getAttribute('data-v') || ''; };
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = key(a), y = key(b);
+      if (x === '' || y === '') { return (x === '') - (y === ''); }
+      var nx = Number(x), ny = Number(y), c;
+      c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+      return asc ? c : -c;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  });
+});
+"""
+
+
+def _e(value: Any) -> str:
+    return escape(str(value))
+
+
+def _num(value: Any, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return format(value, fmt)
+
+
+def _cell(value: Any, display: str | None = None) -> str:
+    """A table cell: ``display`` is pre-escaped markup; ``value`` (escaped) is what sorts."""
+    blank = value is None or (isinstance(value, float) and math.isnan(value))
+    key = "" if blank else _e(value)
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    cls = ' class="num"' if numeric else ""
+    return f'<td{cls} data-v="{key}">{display if display is not None else ("" if blank else _e(value))}</td>'
+
+
+def _table(headers: Sequence[str] | None, rows: Iterable[Sequence[str]], sortable: bool = False) -> str:
+    head = "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in headers) + "</tr></thead>" if headers else ""
+    body = "".join("<tr>" + "".join(r) + "</tr>" for r in rows)
+    cls = ' class="sortable"' if sortable else ""
+    return f"<table{cls}>{head}<tbody>{body}</tbody></table>"
+
+
+def _interval(lo: Any, hi: Any) -> str:
+    return "—" if lo is None or pd.isna(lo) else f"[{lo:.3f}, {hi:.3f}]"
+
+
+class _Figures:
+    """Embeds plotly.js with the first figure only; the others reuse it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def html(self, fig: Any) -> str:
+        self.count += 1
+        return fig.to_html(full_html=False, include_plotlyjs=self.count == 1,
+                           config={"displaylogo": False, "responsive": True})
+
+
+# ---------------------------------------------------------------- sections
+
+def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
+    env = _table(None, ([f"<th>{_e(k)}</th>", _cell(v)] for k, v in data.environment(study).items()))
+    comp = data.comparison(summary)
+    rows = []
+    for r in comp.itertuples():
+        cls = {"yes": "ok", "no": "bad"}.get(r.verified, "")
+        rows.append([_cell(r.plan), _cell(None if pd.isna(r.trial) else int(r.trial)),
+                     _cell(r.time_s * 1e6, _num(r.time_s * 1e6, ".1f")), _cell(r.ratio, _num(r.ratio, ".3f")),
+                     _cell(None, _interval(r.ratio_lo, r.ratio_hi)),
+                     _cell(None, _num(1 / r.ratio, ".2f") + "×"),
+                     _cell(r.verified, f'<span class="{cls}">{_e(r.verified)}</span>')])
+    comp_html = _table(["plan", "trial", "step µs", "time ratio", "ratio 95 % interval", "speedup",
+                        "bitwise verified"], rows) if rows else '<p class="note">No complete trial yet.</p>'
+    counts = (f"{summary['n_trials']} trials: {summary['n_complete']} complete "
+              f"({summary['n_infeasible']} not bitwise-exact), {summary['n_failed']} failed.")
+    source = {"re-measured": "Best and fuse-everything times were re-measured after the search "
+                             "(the search's minimum is biased low)",
+              "search": "Times are from the search trials themselves"}.get(summary.get("timing_source", ""), "")
+    return (f'<h2 id="summary">1. Summary</h2><p class="verdict">{_e(data.verdict(summary))}</p>'
+            f"<p>{_e(counts)} {_e(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
+            "the same run (&lt; 1 is faster); a gain is real only when its interval excludes 1.</p>"
+            f"{comp_html}<h3>Environment</h3>{env}")
+
+
+def _fusion(study: optuna.Study, figs: _Figures) -> str:
+    fm = data.fusion_map(study)
+    head = '<h2 id="fusion">2. Fusion map of the best plan</h2>'
+    if fm.trial is None:
+        return head + '<p class="note">No bitwise-exact plan: nothing to map.</p>'
+    text = (f"<p>Trial #{fm.trial}: {fm.n_groups} fusion group(s) over {fm.ops['op'].nunique()} ops. "
+            "Each bar is one op in execution order; hover for its type, module path and source line. "
+            "Dark hatched: under a never-fuse (None) scope; light grey: not fused; dotted: an op type the plan "
+            "runs as its own ATen kernel inside the region (<code>fallback_ops</code>).</p>")
+    if fm.has_actual:
+        text += "<p>Upper row: the plan; lower row: the fusion the backend reported (SuperKernels found in the profile).</p>"
+    plan = study.trials[fm.trial].user_attrs.get("plan")
+    text += f"<p>Plan: <code>{_e(data.plan_text(plan))}</code></p>"
+    notes = "".join(f'<p class="note">{_e(n)}</p>' for n in fm.notes)
+    return head + text + figs.html(figures.fusion_map_figure(fm)) + notes
+
+
+def _time(study: optuna.Study, figs: _Figures) -> str:
+    head = '<h2 id="time">3. Where time goes</h2>'
+    breakdown, kernels = data.time_breakdown(study), data.top_kernels(study)
+    if breakdown.empty:
+        return head + '<p class="note">No profile recorded for this study.</p>'
+    text = ("<p>From <code>torch.profiler</code> over the profiled steps (medians per step). Busy: some op or "
+            "kernel running; gap: everything between them (Python, dispatch, launch), which fusion removes. "
+            "The dashed busy floor is the baseline's busy time: what a step would take if every gap were "
+            "removed but the same kernels ran; a plan below it also made the kernels themselves cheaper "
+            "(fewer passes over memory). The profiler inflates times; the summary's times come from the clock.</p>")
+    out = head + text + figs.html(figures.busy_gap_figure(breakdown))
+    if not kernels.empty:
+        out += figs.html(figures.kernels_figure(kernels))
+    return out
+
+
+def _search(study: optuna.Study, figs: _Figures) -> str:
+    out = '<h2 id="search">4. The search</h2>'
+    hist = data.history(study)
+    if hist.empty:
+        return out + '<p class="note">No finished trial.</p>'
+    out += figs.html(figures.history_figure(hist))
+    imp, note = data.importances(study)
+    out += figs.html(figures.importance_figure(imp)) if note is None else f'<p class="note">Importances: {_e(note)}.</p>'
+    frame, params = data.parallel(study)
+    if frame.empty or not params:
+        return out + '<p class="note">Parallel coordinates: no complete trials with varying parameters.</p>'
+    ranked = [p for p in imp["param"] if p in params] + [p for p in params if p not in set(imp["param"])]
+    return out + figs.html(figures.parallel_figure(frame, ranked))
+
+
+def _trials(study: optuna.Study) -> str:
+    table = data.trials_table(study)
+    rows = []
+    for r in table.itertuples():
+        bit = {"yes": "ok", "no": "bad"}.get(r.bitwise, "")
+        rows.append([_cell(r.number), _cell(r.state), _cell(r.anchor),
+                     _cell(None if r.step_s is None or pd.isna(r.step_s) else r.step_s * 1e6,
+                           _num(None if r.step_s is None or pd.isna(r.step_s) else r.step_s * 1e6, ".1f")),
+                     _cell(r.ratio, _num(r.ratio, ".3f")), _cell(r.ratio_lo, _interval(r.ratio_lo, r.ratio_hi)),
+                     _cell(r.bitwise, f'<span class="{bit}">{_e(r.bitwise)}</span>'), _cell(r.reason)])
+    return ('<h2 id="trials">5. Trials</h2><p>Click a column header to sort.</p>'
+            + _table(["#", "state", "anchor", "step µs", "time ratio", "ratio 95 % interval", "bitwise",
+                      "failure / mismatch"], rows, sortable=True))
+
+
+def _failure(item: dict[str, Any], ops: list[dict[str, Any]]) -> str:
+    parts = [f"<p>plan: <code>{_e(data.plan_text(item['plan']))}</code></p>"]
+    found = item.get("smallest_failing_range")
+    if found and found.get("range"):
+        first, last = found["range"]
+        where = ", ".join(f"{o.get('target')} ({o.get('module') or 'root'})" for o in ops[first:last + 1][:8])
+        parts.append(f"<p>smallest failing range: ops {first}–{last} ({_e(', '.join(found.get('op_types', [])))}), "
+                     f"found in {_e(found.get('runs'))} runs: {_e(where)}</p>")
+    if item.get("diagnosis"):
+        diag = item["diagnosis"]
+        parts.append(f"<p>diagnosis rerun: {_e(diag.get('outcome', ''))}; {_e(diag.get('where', ''))}</p>")
+    mm: pd.DataFrame = item["mismatches"]
+    if not mm.empty:
+        parts.append(_table(["input set", "output", "elements differing", "first index", "max ULP", "detail"], (
+            [_cell(m.input_set), _cell(m.output_index), _cell(m.count), _cell(m.first_index),
+             _cell(m.max_ulp), _cell(m.detail)] for m in mm.itertuples())))
+    anchor = f" ({_e(item['anchor'])})" if item.get("anchor") else ""
+    return (f"<details><summary>trial #{item['trial']}{anchor} — <b>{_e(item['kind'])}</b>: "
+            f"{_e(item['reason'])}</summary>{''.join(parts)}</details>")
+
+
+def _failures(study: optuna.Study) -> str:
+    items = data.failures(study)
+    ops = study.user_attrs.get("ops") or []
+    head = '<h2 id="failures">6. Failures</h2>'
+    if not items:
+        return head + "<p>None: every trial completed with bitwise-exact outputs.</p>"
+    failed = [i for i in items if i["kind"] != "mismatch"]
+    mismatched = [i for i in items if i["kind"] == "mismatch"]
+    out = head
+    out += f"<h3>Hangs, crashes and errors ({len(failed)})</h3>" + (
+        "".join(_failure(i, ops) for i in failed) or "<p>None.</p>")
+    out += (f"<h3>Mismatches ({len(mismatched)})</h3><p>Outputs not bitwise equal to the unfused run: "
+            "which output, how many elements differ, the largest distance in units in the last place.</p>")
+    return out + ("".join(_failure(i, ops) for i in mismatched) or "<p>None.</p>")
+
+
+# ---------------------------------------------------------------- page
+
+def render(study: optuna.Study) -> str:
+    """The whole report as one HTML string."""
+    from sktune.tuning.tune import summary as make_summary
+
+    summary = make_summary(study)
+    figs = _Figures()
+    sections = [_summary(study, summary), _fusion(study, figs), _time(study, figs), _search(study, figs),
+                _trials(study), _failures(study)]
+    title = f"sktune report: {study.study_name}"
+    nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in (
+        ("summary", "summary"), ("fusion", "fusion map"), ("time", "where time goes"), ("search", "search"),
+        ("trials", "trials"), ("failures", "failures")))
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
+            f"<p>model <code>{_e(summary.get('model'))}</code>, backend <b>{_e(summary.get('backend'))}</b></p>"
+            f"<nav>{nav}</nav>{''.join(sections)}<script>{_SORT_JS}</script></body></html>")
+
+
+def write_report(study: optuna.Study, path: str | Path) -> Path:
+    """Write the report for ``study`` to ``path`` (parents created) and return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(study), encoding="utf-8")
+    log.info("report written to %s", out)
+    return out

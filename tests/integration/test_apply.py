@@ -1,0 +1,139 @@
+"""``sktune.apply`` and the exported Python snippet on a real study: same bits, same regions."""
+
+from __future__ import annotations
+
+import ast
+
+import optuna
+import pytest
+import torch
+
+import sktune
+from sktune.backends import get_backend
+from sktune.backends.inductor import _Region
+from sktune.errors import PlanError
+from sktune.graph.capture import capture
+from sktune.graph.grouping import regions
+from sktune.load import build, draw_inputs, load_model_file
+from sktune.report.export import export_json, export_python
+from sktune.space.plan import Plan, Scope
+from sktune.tuning.study import best_plan, load_existing_study, records
+from sktune.verify import compare_outputs, flatten_outputs
+from tests.tuned_study import TinyStudy, tiny_study
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles the same forward with a new backend: keep Dynamo's per-code cache small."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> TinyStudy:
+    return tiny_study(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def study(tuned: TinyStudy) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    return load_existing_study(tuned.name, tuned.storage)
+
+
+@pytest.fixture(scope="module")
+def unfused(tuned: TinyStudy):
+    """The captured graph, run eagerly: the reference every tuned plan reproduces bit for bit."""
+    torch.set_num_threads(1)  # as tuned (--threads 1)
+    source = load_model_file(tuned.model)
+    with torch.no_grad():
+        graph = capture(build(source), draw_inputs(source, 0))
+    inputs = [draw_inputs(source, seed) for seed in range(3)]
+    with torch.no_grad():
+        refs = [flatten_outputs(graph.gm(*graph.args_for(x))) for x in inputs]
+    return source, graph, inputs, refs
+
+
+def n_regions(module: torch.nn.Module) -> int:
+    (compiled,) = sktune.applied_plan(module).compiled
+    return sum(isinstance(node.target, _Region) for node in compiled.graph.nodes)  # type: ignore[union-attr]
+
+
+def check_bitwise(module: torch.nn.Module, inputs, refs) -> None:
+    with torch.no_grad():
+        for k, x in enumerate(inputs):
+            assert compare_outputs(refs[k], flatten_outputs(module(*x))) == [], f"input set {k}"
+
+
+def test_exported_snippet_reproduces_the_verified_outputs(study, unfused) -> None:
+    source, graph, inputs, refs = unfused
+    snippet = export_python(study)
+    ast.parse(snippet)
+    namespace = {"model": build(source)}
+    exec(compile(snippet, "<sktune export>", "exec"), namespace)
+    model = namespace["model"]
+    check_bitwise(model, inputs, refs)
+    plan = best_plan(study)
+    assert plan is not None and Plan.from_json({k: v for k, v in namespace["PLAN"].items() if k != "n_ops"}) == plan
+    assert n_regions(model) == len(regions(len(graph.ops), plan.scopes))
+
+
+def test_apply_builds_the_tuned_op_graph_and_fuses_the_plans_regions(study, unfused) -> None:
+    source, graph, inputs, refs = unfused
+    # The exact trial with the most regions: a real fusion, not the unfused anchor.
+    exact = [r for r in records(study) if r.feasible and r.plan]
+    plan = max((Plan.from_json(r.plan) for r in exact), key=lambda p: len(regions(len(graph.ops), p.scopes)))
+    spans = regions(len(graph.ops), plan.scopes)
+    assert spans, "the study should have an exact plan that fuses something"
+    model = sktune.apply(build(source), plan, backend="inductor")
+    check_bitwise(model, inputs, refs)
+    applied = sktune.applied_plan(model)
+    assert len(applied.graphs) == 1 and n_regions(model) == len(spans)
+    assert [op.to_json() for op in applied.graphs[0].ops] == study.user_attrs["ops"]
+    # Same bits as the backend applied to sktune's own capture (what the trial verified).
+    direct = get_backend("inductor").compile(graph, plan)
+    with torch.no_grad():
+        for x in inputs:
+            assert compare_outputs(flatten_outputs(direct(*graph.args_for(x))), flatten_outputs(model(*x))) == []
+
+
+def test_apply_accepts_the_json_export(study, unfused) -> None:
+    source, _, inputs, refs = unfused
+    model = sktune.apply(build(source), export_json(study))
+    check_bitwise(model, inputs[:1], refs[:1])
+    assert sktune.applied_plan(model).tuned.n_ops == len(study.user_attrs["ops"])
+
+
+def test_op_count_mismatch_is_a_plan_error(unfused) -> None:
+    source, graph, inputs, _ = unfused
+    n = len(graph.ops)
+    plan = {**Plan.make([Scope(0, 3, "sk0")]).to_json(), "n_ops": n + 5}
+    model = sktune.apply(build(source), plan)
+    with pytest.raises(PlanError, match=f"differs from the tuned one: it has {n} ops.*graph of {n + 5} ops"), \
+            torch.no_grad():
+        model(*inputs[0])
+    too_far = sktune.apply(build(source), Plan.make([Scope(0, n + 2, "sk0")]))
+    with pytest.raises(PlanError, match=f"differs from the tuned one: it has {n} ops.*reach op {n + 2}"), \
+            torch.no_grad():
+        too_far(*inputs[0])
+
+
+def test_op_type_mismatch_is_a_plan_error(study, unfused) -> None:
+    source, _, inputs, _ = unfused
+    document = export_json(study)
+    document["provenance"]["op_types"] = ["relu"] + document["provenance"]["op_types"][1:]
+    model = sktune.apply(build(source), document)
+    with pytest.raises(PlanError, match="op 0 is 'pow' here but 'relu'"), torch.no_grad():
+        model(*inputs[0])
+
+
+def test_apply_is_lazy_and_import_sktune_stays_light() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, sktune; assert 'torch' not in sys.modules; assert callable(sktune.apply); print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+    assert "apply" in sktune.__all__
+    with pytest.raises(ValueError, match="not returned by sktune.apply"):
+        sktune.applied_plan(torch.nn.Linear(2, 2))

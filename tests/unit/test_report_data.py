@@ -1,0 +1,152 @@
+"""The report's data extraction (no plotly) on a real small study, and escaping of hostile
+user text all the way into the HTML."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pandas as pd
+import pytest
+
+from sktune.report import data
+from sktune.report.html import render
+from sktune.tuning.study import best_record
+from sktune.tuning.tune import summary
+from tests.report_fixtures import EVIL, EVIL_IMG, NPU_FUSION, RealStudy, hostile_study, real_study  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def study(real_study: RealStudy) -> optuna.Study:  # noqa: F811
+    return real_study.load()
+
+
+def finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials() if t.state.is_finished()]
+
+
+def test_history_one_row_per_finished_trial_and_best_so_far_never_rises(study: optuna.Study) -> None:
+    hist = data.history(study)
+    trials = finished(study)
+    assert len(trials) == 8
+    assert hist["number"].tolist() == [t.number for t in trials]
+    assert (hist["status"] == "failed").sum() == 1  # the injected crash
+    failed = hist[hist["status"] == "failed"].iloc[0]
+    assert failed["failure"].startswith("crash:") and pd.isna(failed["ratio"])
+    best = hist["best_so_far"].dropna().tolist()
+    assert best and all(b <= a for a, b in zip(best, best[1:]))
+    assert best[-1] == pytest.approx(best_record(study).ratio)
+    exact = hist[hist["status"] == "exact"]
+    assert (exact["ratio"] >= best[-1]).all()
+
+
+def test_fusion_map_matches_the_summary_groups(study: optuna.Study) -> None:
+    fm = data.fusion_map(study)
+    s = summary(study)
+    assert fm.trial == s["best_trial"]
+    assert fm.n_groups == len(s["groups"])
+    planned = fm.ops[fm.ops["row"] == "planned"]
+    assert planned["op"].tolist() == list(range(s["n_ops"]))
+    assert sorted(planned[planned["kind"] == "fused"]["op"]) == sorted(i for g in s["groups"] for i in g)
+    for k, group in enumerate(s["groups"], start=1):
+        assert sorted(planned[planned["group"] == k]["op"]) == sorted(group)
+    assert not fm.has_actual  # inductor reports no separate "actual" fusion
+
+
+def test_fusion_map_planned_and_actual_rows() -> None:
+    fm = data.fusion_map(hostile_study(fusion=NPU_FUSION))
+    assert fm.trial == 2 and fm.n_groups == 1 and fm.has_actual
+    kinds = {row: part.set_index("op")["kind"].tolist() for row, part in fm.ops.groupby("row")}
+    assert kinds["planned"] == ["fused", "fused", "never", "unfused"]
+    assert kinds["actual"] == ["unfused", "unfused", "never", "unfused"]  # sk0 was planned, not fused
+    assert any("sk9" in n for n in fm.notes) and any("sk0" in n for n in fm.notes)
+
+
+def test_summary_comparison_and_verdict(study: optuna.Study) -> None:
+    s = summary(study)
+    comp = data.comparison(s)
+    assert comp["plan"].tolist()[0] == "unfused baseline"
+    best = comp[comp["plan"] == "best exact plan"].iloc[0]
+    assert best["verified"] == "yes" and best["ratio_lo"] <= best["ratio"] <= best["ratio_hi"]
+    assert best["ratio"] == pytest.approx(1 / s["speedup"])
+    assert f"#{s['best_trial']}" in data.verdict(s)
+    env = data.environment(study)
+    assert env["backend"] == "inductor" and env["torch"].startswith("2.") and env["threads"] == "1"
+
+
+def test_time_breakdown_and_kernels(study: optuna.Study) -> None:
+    tb = data.time_breakdown(study)
+    assert tb["which"].tolist() == ["unfused baseline", "best exact plan"]
+    for r in tb.itertuples():
+        assert r.busy_us > 0 and r.busy_us + r.gap_us == pytest.approx(r.step_us, rel=1e-6)
+    kernels = data.top_kernels(study)
+    assert set(kernels["which"]) == {"unfused baseline", "best exact plan"} and (kernels["total_us"] > 0).all()
+
+
+def test_trials_table_and_failures(study: optuna.Study) -> None:
+    table = data.trials_table(study)
+    assert len(table) == 8
+    failed = table[table["state"] == "FAIL"]
+    assert len(failed) == 1 and failed["reason"].iloc[0].startswith("crash:") and failed["bitwise"].iloc[0] == ""
+    complete = table[table["state"] == "COMPLETE"]
+    assert (complete["ratio_lo"] <= complete["ratio"]).all() and (complete["ratio"] <= complete["ratio_hi"]).all()
+    items = data.failures(study)
+    kinds = [i["kind"] for i in items]
+    assert kinds.count("crash") == 1
+    n_mismatching = sum(1 for r in complete.itertuples() if r.bitwise == "no")
+    assert kinds.count("mismatch") == n_mismatching
+    for item in items:
+        assert item["plan"]["scopes"] is not None
+        if item["kind"] == "mismatch":
+            assert not item["mismatches"].empty and (item["mismatches"]["max_ulp"] > 0).all()
+
+
+def test_importances_and_parallel_coordinates(study: optuna.Study) -> None:
+    imp, note = data.importances(study)
+    assert (note is None) != imp.empty
+    if note is None:
+        assert imp["importance"].between(0, 1).all() and math.isclose(imp["importance"].sum(), 1.0, rel_tol=1e-6)
+    frame, params = data.parallel(study)
+    assert len(frame) == sum(1 for t in finished(study) if t.state == optuna.trial.TrialState.COMPLETE)
+    assert params and all(frame[p].astype(str).nunique() > 1 for p in params)
+
+
+def test_importances_with_too_few_trials_is_a_note() -> None:
+    study = hostile_study()  # 2 exact trials
+    imp, note = data.importances(study)
+    assert imp.empty and "at least" in note
+
+
+def test_hostile_text_is_escaped_everywhere() -> None:
+    page = render(hostile_study())
+    for raw in (EVIL, EVIL_IMG):
+        assert raw not in page
+        # An unescaped string inside a plotly figure would show up JSON-encoded instead.
+        assert raw.replace("<", "\\u003c").replace(">", "\\u003e") not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=alert(2)&gt;" in page
+
+
+def test_figures_escape_hover_text_and_labels() -> None:
+    from sktune.report import figures
+
+    study = hostile_study()
+    fig = figures.fusion_map_figure(data.fusion_map(study))
+    texts = [t for trace in fig.data for t in list(trace.hovertext) + list(trace.text)]
+    assert any("&lt;script&gt;" in t for t in texts)
+    assert not any("<script" in t or "<img" in t for t in texts)
+    kernels = figures.kernels_figure(data.top_kernels(study))
+    assert all("<script" not in y for trace in kernels.data for y in trace.y)
+
+
+def test_page_embeds_plotly_once_and_needs_no_network() -> None:
+    page = render(hostile_study())
+    assert page.count("window.PlotlyConfig") == 1  # plotly.js inline, once
+    assert "<script src=" not in page and 'src="http' not in page
+    assert page.count('class="plotly-graph-div"') >= 4
+
+
+def test_empty_study_renders() -> None:
+    study = optuna.create_study()
+    page = render(study)
+    assert "No bitwise-exact plan" in page and "No finished trial" in page
