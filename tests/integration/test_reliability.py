@@ -81,17 +81,20 @@ def test_changed_model_is_refused(tmp_path: Path) -> None:
     assert len(finished(storage, "s")) == 2
 
 
-def _postgres_url() -> str:
+@pytest.fixture
+def postgres_url():
+    """A fresh database on the local PostgreSQL (trust auth on 127.0.0.1), dropped afterwards."""
     name = f"sktune_test_{uuid.uuid4().hex[:8]}"
-    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-c", f"CREATE DATABASE {name}"], check=True,
-                   capture_output=True)
-    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+    psql = ["psql", "-h", "127.0.0.1", "-U", "postgres", "-c"]
+    subprocess.run([*psql, f"CREATE DATABASE {name}"], check=True, capture_output=True)
+    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    subprocess.run([*psql, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"], capture_output=True)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["postgresql", "journal"])
-def test_many_workers_one_study(tmp_path: Path, kind: str) -> None:
-    storage = _postgres_url() if kind == "postgresql" else f"journal:{tmp_path}/study.log"
+def test_many_workers_one_study(tmp_path: Path, kind: str, request: pytest.FixtureRequest) -> None:
+    storage = request.getfixturevalue("postgres_url") if kind == "postgresql" else f"journal:{tmp_path}/study.log"
     optuna_storage = storage if kind == "postgresql" else optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(f"{tmp_path}/study.log"))
     args = [str(MODELS / "tiny_norm.py"), "--backend", "inductor", "--storage", storage, "--study", "w",
