@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import copy
 import logging
-import tempfile
+import os
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -76,6 +77,8 @@ class NpuBackend(Backend):
         self.torch_npu_version = torch_npu_version_ or torch_npu_version()
         self.key_set: KeySet = check_torch_npu_version(self.torch_npu_version)
         self.kernel_types: tuple[str, ...] = ()  # Ascend op types seen in the baseline profile
+        self.profile_root = Path(".sktune/npu-profiles")  # relative to the run's working directory
+        self._profiles = 0
 
     # -- what can be tuned -------------------------------------------------------
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
@@ -162,7 +165,8 @@ class NpuBackend(Backend):
         base = [per_step[i] * 1e-6 for i in range(0, len(per_step), 2)]
         cand = [per_step[i] * 1e-6 for i in range(1, len(per_step), 2)]
         return paired_timing(base, cand), {"superkernels": summary["superkernels"],
-                                           "fusion_fail_reasons": summary["fusion_fail_reasons"]}
+                                           "fusion_fail_reasons": summary["fusion_fail_reasons"],
+                                           "profile_dir": summary["profile_dir"]}
 
     def _profile(self, fns: list[Callable[[], object]], with_steps: bool = False) -> Any:
         """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output."""
@@ -171,22 +175,25 @@ class NpuBackend(Backend):
         from sktune.measure.ascend_profile import find_profile_files, summarize
 
         prof_mod = torch_npu.profiler
-        with tempfile.TemporaryDirectory(prefix="sktune-npu-prof-") as out:
-            with prof_mod.profile(
-                activities=[prof_mod.ProfilerActivity.CPU, prof_mod.ProfilerActivity.NPU],
-                # keyword arguments: the order differs from torch.profiler.schedule
-                schedule=prof_mod.schedule(wait=0, warmup=PROFILE_WARMUP_STEPS, active=len(fns), repeat=1,
-                                           skip_first=0),
-                on_trace_ready=prof_mod.tensorboard_trace_handler(out),
-                experimental_config=prof_mod._ExperimentalConfig(
-                    profiler_level=prof_mod.ProfilerLevel.Level0, data_simplification=True),
-            ) as prof:
-                for fn in fns[:PROFILE_WARMUP_STEPS] + fns:
-                    fn()
-                    self.synchronize()
-                    prof.step()
-            # The profiler swallows its own errors: find_profile_files raises if nothing was written.
-            summary = summarize(find_profile_files(out)).to_json()
+        self._profiles += 1
+        out = self.profile_root / f"{os.getpid()}-{self._profiles:04d}"  # kept: one directory per measurement
+        out.mkdir(parents=True, exist_ok=True)
+        with prof_mod.profile(
+            activities=[prof_mod.ProfilerActivity.CPU, prof_mod.ProfilerActivity.NPU],
+            # keyword arguments: the order differs from torch.profiler.schedule
+            schedule=prof_mod.schedule(wait=0, warmup=PROFILE_WARMUP_STEPS, active=len(fns), repeat=1,
+                                       skip_first=0),
+            on_trace_ready=prof_mod.tensorboard_trace_handler(str(out)),
+            experimental_config=prof_mod._ExperimentalConfig(
+                profiler_level=prof_mod.ProfilerLevel.Level0, data_simplification=True),
+        ) as prof:
+            for fn in fns[:PROFILE_WARMUP_STEPS] + fns:
+                fn()
+                self.synchronize()
+                prof.step()
+        # The profiler swallows its own errors: find_profile_files raises if nothing was written.
+        summary = summarize(find_profile_files(out)).to_json()
+        summary["profile_dir"] = str(out)
         if not with_steps:
             return summary
         spans = [s["span_us"] for s in sorted(summary["steps"], key=lambda s: s["step"])]

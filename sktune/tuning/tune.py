@@ -23,6 +23,10 @@ from sktune.tuning.worker import SupervisedWorker, WorkerFailure, runner_config
 log = logging.getLogger(__name__)
 
 
+RESULT_KEYS = ("bitwise", "timing", "mismatches", "groups", "regions", "compile_s", "verify_s", "measure_s",
+               "observed")
+
+
 class TrialFailed(Exception):
     """The worker gave no result for a trial (hang, crash, compile error): recorded as FAIL."""
 
@@ -78,6 +82,11 @@ def make_objective(space: SearchSpace, worker: SupervisedWorker, backend: Backen
                     "where": "per-core op progress is in the device log (ASCEND_PROCESS_LOG_PATH, else ~/ascend/log)",
                 })
             raise TrialFailed(result.reason)
+        missing = [k for k in RESULT_KEYS if k not in result]
+        if missing:  # a worker that answers nonsense is as broken as one that crashes
+            reason = f"error: malformed result from the worker (missing {', '.join(missing)})"
+            trial.set_user_attr("failure", reason)
+            raise TrialFailed(reason)
         for key in ("timing", "mismatches", "groups", "regions", "compile_s", "verify_s", "measure_s", "observed"):
             trial.set_user_attr(key, result[key])
         trial.set_user_attr("overhead_s", wall - result["measure_s"])

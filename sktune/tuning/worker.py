@@ -61,8 +61,9 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> N
         if command == "stop":
             return
         try:
-            if command == "run":
-                _maybe_inject_fault()
+            if command == "run" and _maybe_inject_fault():
+                conn.send(("ok", {"garbage": True}))
+                continue
             handler = {"run": runner.run, "profile": runner.profile, "bisect": runner.bisect}[command]
             result = handler(payload)
             conn.send(("ok", result))
@@ -70,18 +71,26 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> N
             conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
 
 
-def _maybe_inject_fault() -> None:
-    """Test-only fault hook, off unless ``SKTUNE_TEST_FAULT`` names a fault.
+def _maybe_inject_fault() -> bool:
+    """Test-only fault hook, off unless ``SKTUNE_TEST_FAULT`` names faults.
 
-    ``SKTUNE_TEST_FAULT`` = crash | segfault | hang | raise; it fires once, when the file
-    named by ``SKTUNE_TEST_FAULT_MARKER`` does not exist yet (the hook then creates it).
+    ``SKTUNE_TEST_FAULT`` = a comma list of crash | segfault | hang | raise | garbage. The
+    file named by ``SKTUNE_TEST_FAULT_MARKER`` counts the faults fired so far (across
+    worker restarts): each run request fires the next one until the list is used up.
+    Returns True when the answer must be garbage.
     """
-    kind = os.environ.get("SKTUNE_TEST_FAULT")
+    faults = [f for f in os.environ.get("SKTUNE_TEST_FAULT", "").split(",") if f]
     marker = os.environ.get("SKTUNE_TEST_FAULT_MARKER")
-    if not kind or not marker or os.path.exists(marker):
-        return
+    if not faults or not marker:
+        return False
+    fired = int(open(marker).read() or 0) if os.path.exists(marker) else 0
+    if fired >= len(faults):
+        return False
     with open(marker, "w") as f:
-        f.write(kind)
+        f.write(str(fired + 1))
+    kind = faults[fired]
+    if kind == "garbage":
+        return True
     if kind == "crash":
         os._exit(3)
     if kind == "segfault":
@@ -94,6 +103,7 @@ def _maybe_inject_fault() -> None:
         time.sleep(10**6)
     if kind == "raise":
         raise RuntimeError("injected fault")
+    return False
 
 
 class SupervisedWorker:

@@ -60,6 +60,21 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     assert len(finished(optuna.load_study(study_name="e2e", storage=storage).get_trials())) == 9
 
 
+def test_crash_raise_and_garbage_are_failed_trials(test_models: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/faults.db"
+    env = {**os.environ, "SKTUNE_TEST_FAULT": "crash,raise,garbage", "SKTUNE_TEST_FAULT_MARKER": str(tmp_path / "n")}
+    result = sktune("run", str(test_models / "tiny_norm.py"), "--backend", "inductor", "--trials", "5",
+                    "--storage", storage, "--study", "f", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    trials = finished(optuna.load_study(study_name="f", storage=storage).get_trials())
+    reasons = [t.user_attrs.get("failure", "") for t in trials]
+    assert reasons[0].startswith("crash: worker exited with code 3")
+    assert reasons[1] == "error: RuntimeError: injected fault"
+    assert reasons[2].startswith("error: malformed result")
+    assert [t.state.name for t in trials] == ["FAIL"] * 3 + ["COMPLETE"] * 2
+    assert "Traceback" not in result.stderr
+
+
 def _fault_env(kind: str, tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "SKTUNE_TEST_FAULT": kind, "SKTUNE_TEST_FAULT_MARKER": str(tmp_path / f"{kind}.fired")}
 
