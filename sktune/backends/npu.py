@@ -84,7 +84,7 @@ class NpuBackend(Backend):
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
         # dcci lists match kernel symbol names, i.e. Ascend op types, not PyTorch op names:
         # per-type strategies come from the baseline profile (observe).
-        return [spec.to_option_spec() for spec in search_options(self.kernel_types)]
+        return search_options(self.kernel_types)
 
     def unsafe_op_types(self) -> frozenset[str]:
         # SuperKernel calls the same precompiled kernels; results change through options

@@ -483,32 +483,16 @@ def check_torch_npu_version(version: str) -> KeySet:
         "the oldest with any SuperKernel are 2.7.1.post4, 2.8.0.post4, 2.9.0.post2")
 
 
-@dataclass(frozen=True)
-class NpuOptionSpec:
-    """One searchable SuperKernel option; ``name`` is dotted for nested keys."""
-
-    name: str
-    choices: tuple[Any, ...]
-    default: Any
-    may_change_results: bool
-    doc: str
-    safe_choice: Any = None  # the value known to keep results unchanged
-
-    def to_option_spec(self) -> OptionSpec:
-        return OptionSpec(self.name, self.choices, self.default, self.may_change_results, self.doc,
-                          self.safe_choice)
-
-
 DCCI_STRATEGY = "dcci_strategy"
 _OP_TYPE = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def search_options(op_types: Sequence[str]) -> list[NpuOptionSpec]:
+def search_options(op_types: Sequence[str]) -> list[OptionSpec]:
     """The SuperKernel option space for a graph holding ``op_types`` (Ascend op types)."""
     specs = [_SPECS[(OPTIMIZE, n)] for n in ("early_start", "auto_op_parallel")]
     specs += [_SPECS[(OPTIMIZE, f"{_AGG}.{n}")] for n in ("task_breaker_bypass", "value_breaker_bypass")]
-    out = [NpuOptionSpec(s.name, tuple(range(s.low or 0, (s.high or 0) + 1)), s.default, s.may_change_results,
-                         s.doc, s.default) for s in specs]
+    out = [OptionSpec(s.name, tuple(range(s.low or 0, (s.high or 0) + 1)), s.default, s.may_change_results,
+                      s.doc, s.default) for s in specs]
     seen: dict[str, None] = {}
     for t in op_types:
         if not _OP_TYPE.fullmatch(t):
@@ -516,7 +500,7 @@ def search_options(op_types: Sequence[str]) -> list[NpuOptionSpec]:
                   "(a '.' would match any character)")
         seen[t] = None
     choices = ("safe", "none", *(f"disable:{t}" for t in seen))
-    out.append(NpuOptionSpec(DCCI_STRATEGY, choices, "safe", True,
+    out.append(OptionSpec(DCCI_STRATEGY, choices, "safe", True,
                              "safe: dcci_after_kernel_end=['.*']; none: runtime default; disable:T: "
                              "dcci_disable_on_kernel=['.*T.*'] (can corrupt results silently)", "safe"))
     return out
@@ -550,7 +534,7 @@ def optimize_options_from_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "DCCI_STRATEGY", "DEBUG", "FULL_KEY_SET", "LEGACY_KEY_SET", "NPUGRAPH_EX_KEYS", "OPTIMIZE", "SCHEMA",
-    "TOP_LEVEL_SCHEMA", "KeySet", "KeySpec", "NpuOptionError", "NpuOptionSpec", "NpuVersionError",
+    "TOP_LEVEL_SCHEMA", "KeySet", "KeySpec", "NpuOptionError", "NpuVersionError",
     "check_dcci_pattern", "check_torch_npu_version", "dcci_options_for", "dcci_pattern_matches",
     "optimize_options_from_params", "search_options", "validate_compile_options", "validate_options",
     "validate_scope_names",

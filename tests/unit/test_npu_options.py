@@ -320,15 +320,15 @@ def test_version_parsers_agree():
 
 def test_search_space_domains():
     specs = {s.name: s for s in search_options(["GroupedMatmul", "MatMulV2", "GroupedMatmul"])}
-    assert specs["early_start"].choices == (0, 1) and not specs["early_start"].may_change_results
-    assert specs["auto_op_parallel"].choices == (0, 1) and not specs["auto_op_parallel"].may_change_results
+    assert specs["early_start"].choices == (0, 1) and not specs["early_start"].may_change_numerics
+    assert specs["auto_op_parallel"].choices == (0, 1) and not specs["auto_op_parallel"].may_change_numerics
     tb = specs["aggressive_opt_strategies.task_breaker_bypass"]
     vb = specs["aggressive_opt_strategies.value_breaker_bypass"]
-    assert (tb.choices, tb.may_change_results, vb.choices, vb.may_change_results) == ((0, 1), True, (0, 1, 2, 3), True)
+    assert (tb.choices, tb.may_change_numerics, vb.choices, vb.may_change_numerics) == ((0, 1), True, (0, 1, 2, 3), True)
     dcci = specs["dcci_strategy"]
     assert dcci.choices == ("safe", "none", "disable:GroupedMatmul", "disable:MatMulV2")
-    assert dcci.may_change_results and dcci.default == dcci.safe_choice == "safe"
-    assert isinstance(dcci.to_option_spec(), OptionSpec)
+    assert dcci.may_change_numerics and dcci.default == dcci.exact_choice == "safe"
+    assert isinstance(dcci, OptionSpec)
     assert {s.name for s in search_options([])} >= {"dcci_strategy"}
     assert search_options([])[-1].choices == ("safe", "none")
     rejects(["aten.add"], fn=search_options, match="cannot go into a dcci pattern")
