@@ -11,7 +11,7 @@ import pytest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_profiles"
 RUN = FIXTURES / "localhost_41234_20250109120000123_ascend_pt"
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "npu_profiles" / "kernel_details_bf16_train.csv"
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "npu_profiles" / "real" / "kernel_details_bf16_train.csv"
 
 
 def sktune(*args: str) -> subprocess.CompletedProcess[str]:
@@ -32,7 +32,6 @@ def test_json_contract_on_fixture() -> None:
     assert [s["scope"] for s in data["superkernels"]] == ["layer_0", "decoder_layer_1"]
 
 
-@pytest.mark.skipif(not REAL.is_file(), reason=f"real Ascend profile {REAL} is missing (it lives in ../shared)")
 def test_json_on_real_file() -> None:
     result = sktune(str(REAL), "--json")
     assert result.returncode == 0, result.stderr

@@ -1,5 +1,5 @@
 """Ascend profile parsers: fixtures in the documented formats (numbers worked out by hand
-below) and the real bf16 training file from ../shared/data/npu_profiles."""
+below) and the real bf16 training file in fixtures/npu_profiles/real."""
 
 from __future__ import annotations
 
@@ -32,10 +32,8 @@ RUN = FIXTURES / "localhost_41234_20250109120000123_ascend_pt"
 OUTPUT = RUN / "ASCEND_PROFILER_OUTPUT"
 STEPS_CSV = FIXTURES / "kernel_details_block_dim_steps.csv"
 FAIL_LOG = FIXTURES / "sk_meta" / "sk_fusion_fail_reasons.log"
-REAL_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "npu_profiles"
+REAL_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "npu_profiles" / "real"
 REAL = REAL_DIR / "kernel_details_bf16_train.csv"
-needs_real = pytest.mark.skipif(
-    not REAL.is_file(), reason=f"real Ascend profile {REAL} is missing (it lives in ../shared, outside the repo)")
 
 # Fixture 1 (no Step Id, Block Num), µs after the base time, markers excluded:
 #   RmsNorm [10, 30]  MatMulV2 [25, 55]  sk_layer_0 [60, 100]  HCCL [70, 120]
@@ -227,7 +225,6 @@ def _oracle(path: Path) -> tuple[Decimal, Decimal, int]:
     return max(e for _, e in spans) - spans[0][0], busy, len(unique)
 
 
-@needs_real
 def test_real_file_reads() -> None:
     df = read_kernel_details(REAL)
     assert len(df) == 29 and set(df["step"]) == {19}
@@ -236,7 +233,6 @@ def test_real_file_reads() -> None:
     assert df["is_duplicate"].sum() == 3 and not df["is_marker"].any() and not df["is_superkernel"].any()
 
 
-@needs_real
 def test_real_file_summary_matches_independent_oracle() -> None:
     summary = summarize(find_profile_files(REAL))
     span, busy, kernels = _oracle(REAL)
