@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import random
 import socket
+import time
 import warnings
 from typing import Any
 
@@ -42,12 +44,26 @@ def make_storage(url: str) -> BaseStorage:
         if url.startswith("journal:") or url.endswith((".log", ".jsonl")):
             path = url.removeprefix("journal:").removeprefix("//")
             return JournalStorage(JournalFileBackend(path))
-        with warnings.catch_warnings():  # the heartbeat is "experimental" in Optuna; we rely on it knowingly
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S)
+        return _rdb_storage(url)
     except Exception as exc:
         message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
         raise SktuneError(f"cannot open storage {mask_url(url)}: {message}") from None
+
+
+def _rdb_storage(url: str, attempts: int = 6) -> RDBStorage:
+    """RDBStorage, tolerating the race of several workers creating the tables of a fresh
+    database at once (PostgreSQL: a unique violation or "already exists"; a retry finds them)."""
+    for attempt in range(attempts):
+        try:
+            with warnings.catch_warnings():  # the heartbeat is "experimental" in Optuna; we rely on it knowingly
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S)
+        except Exception as exc:
+            racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
+            if not racing or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 + random.random() * 0.5)
+    raise AssertionError("unreachable")
 
 
 def worker_tag() -> dict[str, Any]:
