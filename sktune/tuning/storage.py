@@ -38,11 +38,18 @@ def mask_url(url: str) -> str:
     return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
+def journal_path(url: str) -> str | None:
+    """The file of a journal storage URL (``journal:PATH`` or ``*.log``/``*.jsonl``), else None."""
+    if url.startswith("journal:") or url.endswith((".log", ".jsonl")):
+        return url.removeprefix("journal:").removeprefix("//")
+    return None
+
+
 def make_storage(url: str) -> BaseStorage:
     """An Optuna storage for ``url``; one clear (credential-free) message when it fails."""
     try:
-        if url.startswith("journal:") or url.endswith((".log", ".jsonl")):
-            path = url.removeprefix("journal:").removeprefix("//")
+        path = journal_path(url)
+        if path is not None:
             return JournalStorage(JournalFileBackend(path))
         return _rdb_storage(url)
     except Exception as exc:

@@ -13,7 +13,7 @@ import optuna
 from sktune.errors import SktuneError
 from sktune.space.plan import Plan
 from sktune.space.search_space import OptionDomain, SearchSpace, build_space
-from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url
+from sktune.tuning.storage import fail_orphaned_trials, journal_path, make_storage, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,9 @@ def load_existing_study(name: str, storage: str) -> optuna.Study:
     ``SktuneError``; credentials in the URL are masked in every message.
     """
     masked = mask_url(storage)
-    journal = storage.startswith("journal:") or storage.endswith((".log", ".jsonl"))
-    file = (storage.removeprefix("journal:").removeprefix("//") if journal
-            else storage[len("sqlite:///"):].split("?", 1)[0] if storage.startswith("sqlite:///") else "")
+    file = journal_path(storage)
+    if file is None:
+        file = storage[len("sqlite:///"):].split("?", 1)[0] if storage.startswith("sqlite:///") else ""
     if file not in ("", ":memory:") and not Path(file).is_file():
         raise SktuneError(f"no study storage at {masked}: {file} does not exist (see --storage)")
     backend = make_storage(storage)
