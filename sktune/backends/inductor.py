@@ -73,15 +73,18 @@ class _FallbackKey(CustomGraphPass):
 
 
 @contextlib.contextmanager
-def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[dict[Any, Any]]:
+def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[None]:
     """Make ``op_types`` Inductor fallbacks for one compile; restore the global tables after.
 
-    Yields the decomposition table to pass to ``compile_fx`` (the ops removed from it).
+    The ops leave Inductor's global decomposition table for the compile (passing
+    ``compile_fx`` a table of our own would put unpicklable ops into its cache key and
+    turn the FX-graph cache off), and get fallback lowerings.
     """
-    from torch._inductor import lowering
-    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor import decomposition, lowering
 
-    decompositions = dict(select_decomp_table())
+    # select_decomp_table() hands out a cached copy (fast_random_decomps): edit both.
+    tables = [decomposition.decompositions, decomposition.fast_random_decomps()]
+    saved_tables = [dict(t) for t in tables]
     # make_fallback touches three process-global tables; restore all of them.
     saved_lowerings = dict(lowering.lowerings)
     saved_fallbacks = set(lowering.fallbacks)
@@ -91,16 +94,35 @@ def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[dict[Any, Any]]:
             for aten_name in FALLBACK_ATEN[op_type]:
                 packet = getattr(aten, aten_name)
                 for overload in packet.overloads():
-                    decompositions.pop(getattr(packet, overload), None)
+                    for table in tables:
+                        table.pop(getattr(packet, overload), None)
                 lowering.make_fallback(packet, override_decomp=True, warn=False)
-        yield decompositions
+        yield
     finally:
+        for table, saved in zip(tables, saved_tables):
+            table.clear()
+            table.update(saved)
         lowering.lowerings.clear()
         lowering.lowerings.update(saved_lowerings)
         lowering.fallbacks.clear()
         lowering.fallbacks.update(saved_fallbacks)
         lowering.needs_realized_inputs.clear()
         lowering.needs_realized_inputs.update(saved_realized)
+
+
+@contextlib.contextmanager
+def _cacheable() -> Iterator[None]:
+    """A tracing context with a shape environment around ``compile_fx``.
+
+    Outside Dynamo there is none, and Inductor's FX-graph cache and AOTAutograd's cache
+    both bypass a compile without one ("No shape env"): every region would compile cold.
+    """
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
+        yield
 
 
 class _Region:
@@ -116,6 +138,7 @@ class _Region:
 
 class InductorBackend(Backend):
     name = "inductor"
+    probes_exactness = True
 
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
         has_conv = any(op.target.startswith("conv") for op in graph.ops)
@@ -162,8 +185,8 @@ class InductorBackend(Backend):
         patches = self.config_patches(plan)
         for node in [n for n in gm.graph.nodes if n.op == "call_module" and str(n.target).startswith("sk_region_")]:
             sub = gm.get_submodule(str(node.target))
-            with fallbacks_installed(fallbacks) as decompositions:
-                fn = compile_fx(sub, region_args[node.name], config_patches=patches, decompositions=decompositions)
+            with fallbacks_installed(fallbacks), _cacheable():
+                fn = compile_fx(sub, region_args[node.name], config_patches=patches)
             delattr(gm, str(node.target))
             node.op, node.target = "call_function", _Region(fn, str(node.target))
         gm.recompile()

@@ -49,16 +49,34 @@ def test_fallbacks_make_one_region_bitwise_and_cache_sees_them(setup) -> None:
     assert compare_outputs(ref, flatten_outputs(backend.compile(graph, plan)(*args))) == []
 
 
+def test_second_compile_of_a_plan_hits_the_compile_caches(setup) -> None:
+    """compile_fx outside Dynamo bypasses both caches unless given a shape environment."""
+    from torch._dynamo.utils import counters
+
+    graph, args, ref = setup
+    plan = Plan.make([Scope(0, len(graph.ops) - 1, "all")], {"fallback_ops": ["mean", "softmax"], "max_fusion_size": 16})
+    InductorBackend().compile(graph, plan)
+    counters.clear()
+    again = InductorBackend().compile(graph, plan)
+    assert counters["inductor"]["fxgraph_cache_bypass"] == 0
+    assert counters["aot_autograd"]["autograd_cache_hit"] + counters["inductor"]["fxgraph_cache_hit"] >= 1
+    assert compare_outputs(ref, flatten_outputs(again(*args))) == []
+
+
 def test_fallback_tables_restored() -> None:
     from torch._inductor import lowering
 
     before = dict(lowering.lowerings)
     fallbacks, realized = set(lowering.fallbacks), set(lowering.needs_realized_inputs)
-    with fallbacks_installed(("mean", "softmax")) as decompositions:
+    from torch._inductor.decomposition import select_decomp_table
+
+    decompositions = dict(select_decomp_table())
+    with fallbacks_installed(("mean", "softmax")):
         assert lowering.lowerings[torch.ops.aten.mean.dim] is not before.get(torch.ops.aten.mean.dim)
-        assert torch.ops.aten._softmax.default not in decompositions
+        assert torch.ops.aten._softmax.default not in select_decomp_table()
         assert set(lowering.fallbacks) != fallbacks
     assert lowering.lowerings == before
+    assert select_decomp_table() == decompositions
     assert set(lowering.fallbacks) == fallbacks and set(lowering.needs_realized_inputs) == realized
 
 
