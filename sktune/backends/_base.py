@@ -75,16 +75,25 @@ class Backend(ABC):
 
         return profile_steps(fn).to_json()
 
-    def time_pair(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
-                  n_batches: int, batch_target_s: float) -> tuple[PairedTiming, dict[str, Any]]:
-        """Candidate vs baseline in one run (A B A B ...); host clock by default.
-
-        Returns the paired timing and backend-specific facts about the candidate run
-        (e.g. which fusion really happened)."""
+    def time_batches(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
+                     n_batches: int, batch_target_s: float) -> tuple[list[float], list[float], dict[str, Any]]:
+        """Per-call batch means (s) of baseline and candidate in one run (A B A B ...); host clock
+        by default. Also returns backend-specific facts about the candidate run (e.g. which
+        fusion really happened). Batches of several calls combine: a measurement may be
+        extended by calling again and concatenating."""
         sync = self.synchronize
         calls = calibrate_calls_per_batch(baseline, batch_target_s, sync=sync)
         base, cand = interleaved_batches(baseline, candidate, calls_per_batch=calls, n_batches=n_batches, sync=sync)
-        return paired_timing(base, cand), {}
+        return base, cand, {}
+
+    def time_pair(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
+                  n_batches: int, batch_target_s: float) -> tuple[PairedTiming, dict[str, Any]]:
+        """Candidate vs baseline in one run: paired timing of ``time_batches``."""
+        base, cand, observed = self.time_batches(baseline, candidate, n_batches=n_batches,
+                                                 batch_target_s=batch_target_s)
+        return paired_timing(base, cand), observed
+
+    probes_exactness: bool = False  # compiling one op alone is cheap enough to probe each op type
 
     def observe(self, reference: Callable[[], object]) -> None:
         """Look at the baseline once before the search (e.g. profile it); default: nothing."""

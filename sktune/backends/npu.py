@@ -35,7 +35,7 @@ from sktune.backends.npu_options import (
 from sktune.errors import SktuneError
 from sktune.graph.markers import insert_scope_markers, scope_marker_ops
 from sktune.graph.opgraph import OpGraph
-from sktune.measure.stats import PairedTiming, paired_timing
+
 from sktune.space.plan import Plan, check_plan
 
 log = logging.getLogger(__name__)
@@ -156,15 +156,15 @@ class NpuBackend(Backend):
         return {"step_us": median, "busy_us": busy, "gap_us": median - busy, "steps": len(steps),
                 "top_kernels": summary["top_kernels"], "superkernels": summary["superkernels"]}
 
-    def time_pair(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
-                  n_batches: int, batch_target_s: float) -> tuple[PairedTiming, dict[str, Any]]:
+    def time_batches(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
+                     n_batches: int, batch_target_s: float) -> tuple[list[float], list[float], dict[str, Any]]:
         """Device time per step from the profiler: baseline and candidate steps alternate
         in one profiling session; the candidate's SuperKernel rows say what really fused."""
         fns = [baseline, candidate] * n_batches
         summary, per_step = self._profile(fns, with_steps=True)
         base = [per_step[i] * 1e-6 for i in range(0, len(per_step), 2)]
         cand = [per_step[i] * 1e-6 for i in range(1, len(per_step), 2)]
-        return paired_timing(base, cand), {"superkernels": summary["superkernels"],
+        return base, cand, {"superkernels": summary["superkernels"],
                                            "fusion_fail_reasons": summary["fusion_fail_reasons"],
                                            "profile_dir": summary["profile_dir"]}
 

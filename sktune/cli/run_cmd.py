@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,10 +15,20 @@ from sktune.cli._errors import err_console, user_errors
 BackendName = Annotated[str, typer.Option(help="auto | inductor | npu")]
 
 
+class Effort(str, Enum):
+    quick = "quick"
+    default = "default"
+    thorough = "thorough"
+
+
 def run_command(
     model: Annotated[Path, typer.Argument(help="Python file defining build_model() and example_inputs(seed).")],
     backend: BackendName = "auto",
-    trials: Annotated[int, typer.Option(min=1, help="Trials to run in this invocation.")] = 30,
+    effort: Annotated[Effort, typer.Option(help="quick (15 trials) | default (30) | thorough (100): trials, timing batches, patience, finalists.")] = Effort.default,
+    trials: Annotated[int | None, typer.Option(min=1, help="Trials to run in this invocation (default: the effort's).")] = None,
+    patience: Annotated[int | None, typer.Option(min=1, help="Stop after this many trials in a row without a significant gain (default: the effort's: 6 / 12 / 30).")] = None,
+    no_stop: Annotated[bool, typer.Option("--no-stop", help="Run every trial: never stop early for lack of gains.")] = False,
+    probe: Annotated[bool, typer.Option(help="Probe each op type alone for bitwise exactness first (inductor; cached).")] = True,
     timeout: Annotated[float | None, typer.Option(min=1, help="Stop starting new trials after this many seconds.")] = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: MODEL-BACKEND). Same name + storage resumes.")] = None,
     storage: Annotated[str, typer.Option(help="Optuna storage URL (default: SQLite file in the working directory).")] = "sqlite:///sktune.db",
@@ -44,11 +55,12 @@ def run_command(
         if summary_json is not None and not summary_json.resolve().parent.is_dir():
             raise SktuneError(f"--summary-json: directory {summary_json.resolve().parent} does not exist")
         settings = TuneSettings(
-            model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, timeout=timeout,
+            model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, effort=effort.value,
+            patience=None if no_stop else (patience if patience is not None else -1), probe=probe, timeout=timeout,
             study_name=study, storage=storage, seed=seed, threads=threads, input_sets=input_sets,
             trial_timeout=trial_timeout, bisect_runs=bisect_runs, diagnose=diagnose, allow_changed=allow_changed,
         )
-        progress = _Progress(trials)
+        progress = _Progress(settings.plan.trials)
         try:
             with progress:
                 result = tune(settings, callbacks=[progress.on_trial], on_ready=progress.on_ready)
@@ -78,7 +90,7 @@ class _Progress:
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=err_console, transient=False)
-        self.task = self.progress.add_task("starting worker (load, capture, reference)…", total=total)
+        self.task = self.progress.add_task("starting worker (load, capture, reference, exactness probe)…", total=total)
 
     def __enter__(self) -> "_Progress":
         self.progress.__enter__()
@@ -141,6 +153,10 @@ def _print_summary(data: dict[str, Any]) -> None:
         console.print(f"best exact plan: {verdict}; times {source}")
     console.print(
         f"trials: {data['n_trials']} ({data['n_complete']} complete, {data['n_infeasible']} infeasible "
-        f"(not bitwise), {data['n_failed']} failed); verified on {data['input_sets']} input sets; "
-        f"{data['threads']} thread(s)"
+        f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed); "
+        f"verified on {data['input_sets']} input sets; {data['threads']} thread(s)"
     )
+    if data.get("stopped_early"):
+        stop = data["stopped_early"]
+        console.print(f"stopped after trial #{stop['after_trial']}: {stop['patience']} trials in a row "
+                      "without a significant gain (--patience, --no-stop)")

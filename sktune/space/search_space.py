@@ -1,9 +1,10 @@
 """The search space: plan ⇄ Optuna parameters, and the anchor plans enqueued first.
 
-The op list is cut into *blocks* at a small set of candidate boundaries (module
-changes and the edges of runs of numerically unsafe ops). Each block is fused or left
-eager (``block:j``); adjacent fused blocks share one scope unless ``cut:k`` splits them.
-Backend options and per-op-type fallbacks are parameters too.
+The op list is cut into *blocks* at candidate boundaries (``space/layout.py``). Each
+block is fused or left eager; adjacent fused blocks share one scope unless the cut
+between them is on. One parameter may decide many blocks: in a graph of repeated
+units, ``rep.block:3`` decides block 3 of every unit (stamping). Backend options and
+per-op-type fallbacks are parameters too.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sktune.graph.structure import Repeats, differing_ends, find_repeats
+from sktune.space.layout import MAX_CUTS, Layout, flat_layout, stamped_layout
 from sktune.space.plan import Plan, Scope
 
-MAX_CUTS = 24
 FUSE, EAGER = "fuse", "eager"
 FALLBACK_OPTION = "fallback_ops"
+SHARED = "rep"  # key prefix of the pattern shared by all repeated units
 
 
 class SuggestsParams(Protocol):
@@ -38,10 +41,15 @@ class SearchSpace:
     """Everything needed to turn parameters into a plan for one captured graph."""
 
     n_ops: int
-    cuts: tuple[int, ...]  # candidate boundaries, sorted (cut between op i and i+1)
+    layout: Layout
     unsafe_blocks: tuple[bool, ...]  # block j contains an op known to break bitwise equality
     fallbacks: tuple[str, ...]  # op types that may run as precompiled kernels inside regions
     options: tuple[OptionDomain, ...]
+    repeats: Repeats | None = None
+
+    @property
+    def cuts(self) -> tuple[int, ...]:
+        return self.layout.cuts
 
     @property
     def blocks(self) -> list[tuple[int, int]]:
@@ -54,17 +62,32 @@ class SearchSpace:
         return {
             "n_ops": self.n_ops,
             "cuts": list(self.cuts),
+            "block_keys": list(self.layout.block_keys),
+            "cut_keys": list(self.layout.cut_keys),
             "fallbacks": list(self.fallbacks),
             "options": {o.name: list(o.choices) for o in self.options},
         }
 
     # -- parameters → plan ------------------------------------------------------
+    def _resolve(self, key: str, own: dict[str, bool]) -> str:
+        """``first.block:2`` reads ``rep.block:2`` unless the first unit has its own pattern."""
+        prefix, _, rest = key.partition(".")
+        if prefix in self.layout.variants and not own.get(prefix):
+            return f"{SHARED}.{rest}"
+        return key
+
     def suggest(self, trial: SuggestsParams) -> Plan:
-        params = {}
-        for j in range(len(self.blocks)):
-            params[f"block:{j}"] = trial.suggest_categorical(f"block:{j}", [FUSE, EAGER])
-        for k in range(len(self.cuts)):
-            params[f"cut:{k}"] = trial.suggest_categorical(f"cut:{k}", [False, True])
+        params: dict[str, Any] = {}
+        own = {p: trial.suggest_categorical(f"{p}.own", [False, True]) for p in self.layout.variants}
+        params.update({f"{p}.own": v for p, v in own.items()})
+        for key in self.layout.block_keys:
+            name = self._resolve(key, own)
+            if name not in params:
+                params[name] = trial.suggest_categorical(name, [FUSE, EAGER])
+        for key in self.layout.cut_keys:
+            name = self._resolve(key, own)
+            if name not in params:
+                params[name] = trial.suggest_categorical(name, [False, True])
         for op in self.fallbacks:
             params[f"fallback:{op}"] = trial.suggest_categorical(f"fallback:{op}", [False, True])
         for o in self.options:
@@ -72,16 +95,18 @@ class SearchSpace:
         return self.decode(params)
 
     def decode(self, params: dict[str, Any]) -> Plan:
+        own = {p: bool(params.get(f"{p}.own")) for p in self.layout.variants}
+        fused = [params[self._resolve(k, own)] == FUSE for k in self.layout.block_keys]
+        split = [bool(params[self._resolve(k, own)]) for k in self.layout.cut_keys]
         scopes: list[Scope] = []
         run_start: int | None = None
         blocks = self.blocks
-        for j, (first, last) in enumerate(blocks):
-            fused = params[f"block:{j}"] == FUSE
-            split_before = j > 0 and bool(params[f"cut:{j - 1}"])
-            if run_start is not None and (not fused or split_before):
+        for j, (first, _) in enumerate(blocks):
+            split_before = j > 0 and split[j - 1]
+            if run_start is not None and (not fused[j] or split_before):
                 scopes.append(Scope(run_start, blocks[j - 1][1], f"sk{len(scopes)}"))
                 run_start = None
-            if fused and run_start is None:
+            if fused[j] and run_start is None:
                 run_start = first
         if run_start is not None:
             scopes.append(Scope(run_start, blocks[-1][1], f"sk{len(scopes)}"))
@@ -92,13 +117,27 @@ class SearchSpace:
         return Plan.make(scopes, options)
 
     # -- anchors ----------------------------------------------------------------
-    def params_for(self, fuse: Sequence[bool], *, split_all: bool = False,
+    def params_for(self, fuse: Sequence[bool], *, split_all: bool = False, split: Sequence[bool] | None = None,
                    fallbacks: Sequence[str] = (), **options: Any) -> dict[str, Any]:
-        params: dict[str, Any] = {f"block:{j}": FUSE if f else EAGER for j, f in enumerate(fuse)}
-        params.update({f"cut:{k}": split_all for k in range(len(self.cuts))})
+        """Parameters for a per-block fuse pattern (stamped keys take their block's value).
+
+        ``split`` gives every cut's value (default: all ``split_all``); own patterns off.
+        """
+        params: dict[str, Any] = {f"{p}.own": False for p in self.layout.variants}
+        own: dict[str, bool] = {}
+        for key, f in zip(self.layout.block_keys, fuse):
+            params.setdefault(self._resolve(key, own), FUSE if f else EAGER)
+        cuts = split if split is not None else [split_all] * len(self.cuts)
+        for key, s in zip(self.layout.cut_keys, cuts):
+            params.setdefault(self._resolve(key, own), bool(s))
         params.update({f"fallback:{op}": op in fallbacks for op in self.fallbacks})
         params.update({o.name: options.get(o.name, o.default) for o in self.options})
         return params
+
+    @property
+    def exact_options(self) -> dict[str, Any]:
+        """Every option at the value known to keep eager numerics (e.g. no mm+add → addmm)."""
+        return {o.name: o.exact_choice for o in self.options if o.exact_choice is not None}
 
     def anchors(self) -> list[tuple[str, dict[str, Any]]]:
         """Named anchor parameter sets, without duplicates, in the order to enqueue them."""
@@ -107,8 +146,7 @@ class SearchSpace:
         safe = [not unsafe for unsafe in self.unsafe_blocks]
         has_emulate = any(o.name == "emulate_precision_casts" for o in self.options)
         emulate = {"emulate_precision_casts": True} if has_emulate else {}
-        # Every option at the value known to keep eager numerics (e.g. no mm+add → addmm).
-        exact = {o.name: o.exact_choice for o in self.options if o.exact_choice is not None}
+        exact = self.exact_options
         candidates = [
             ("unfused", self.params_for(nothing)),
             ("fuse-all", self.params_for(everything)),
@@ -118,64 +156,43 @@ class SearchSpace:
             ("safe-runs", self.params_for(safe)),  # one scope per run of safe blocks
             ("safe-runs+exact-options", self.params_for(safe, **exact)),
         ]
-        seen: set[Plan] = set()
-        unique = []
-        for name, params in candidates:
-            plan = self.decode(params)
-            if plan not in seen:
-                seen.add(plan)
-                unique.append((name, params))
-        return unique
+        return unique_by_plan(self, candidates)
 
 
-def candidate_cuts(
-    targets: Sequence[str], modules: Sequence[str], boundaries: Sequence[int],
-    unsafe: frozenset[str], max_cuts: int = MAX_CUTS,
-) -> list[int]:
-    """Legal boundaries worth cutting at: around unsafe ops first, then module changes."""
-    legal = set(boundaries)
-    # The two cuts that isolate a run of unsafe ops travel together: thinning keeps or
-    # drops whole isolations, never half of one.
-    pairs: list[tuple[int, ...]] = []
-    i = 0
-    while i < len(targets):
-        if targets[i] in unsafe:
-            j = i
-            while j + 1 < len(targets) and targets[j + 1] in unsafe:
-                j += 1
-            pairs.append(tuple(b for b in (i - 1, j) if b in legal))
-            i = j + 1
-        else:
-            i += 1
-    pairs = _evenly(pairs, max_cuts // 2)
-    chosen = sorted({b for pair in pairs for b in pair})
-    module_changes = [
-        i for i in sorted(legal) if _coarse(modules[i]) != _coarse(modules[i + 1]) and i not in chosen
-    ]
-    room = max_cuts - len(chosen)
-    if room > 0:
-        chosen += _evenly(module_changes, room)
-    return sorted(set(chosen))
-
-
-def _coarse(module: str) -> str:
-    """Two levels of the module path: ``layers.3.attn.q_proj`` → ``layers.3``... enough to cut at."""
-    return ".".join(module.split(".")[:2])
-
-
-def _evenly(items: Sequence[Any], k: int) -> list[Any]:
-    if len(items) <= k:
-        return list(items)
-    step = len(items) / k
-    return [items[int(i * step)] for i in range(k)]
+def unique_by_plan(space: SearchSpace, candidates: Sequence[tuple[str, dict[str, Any]]],
+                   seen: set[Plan] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """``candidates`` without those whose plan is already in ``seen`` (updated in place)."""
+    seen = set() if seen is None else seen
+    unique = []
+    for name, params in candidates:
+        plan = space.decode(params)
+        if plan not in seen:
+            seen.add(plan)
+            unique.append((name, params))
+    return unique
 
 
 def build_space(
     targets: Sequence[str], modules: Sequence[str], boundaries: Sequence[int], unsafe: frozenset[str],
     fallbacks: Sequence[str], options: Sequence[OptionDomain], max_cuts: int = MAX_CUTS,
+    span_us: Sequence[float] | None = None, stamp: bool = True,
 ) -> SearchSpace:
-    cuts = candidate_cuts(targets, modules, boundaries, unsafe, max_cuts)
-    starts = [0] + [c + 1 for c in cuts]
-    ends = list(cuts) + [len(targets) - 1]
+    """The space for one graph: stamped over repeated units when there are any.
+
+    ``span_us`` (the baseline's per-op times) lets the first / last unit have a pattern of
+    their own when they take measurably longer or shorter than the others.
+    """
+    repeats = find_repeats(targets, modules) if stamp else None
+    layout = None
+    if repeats is not None:
+        own_ends = (False, False)
+        if span_us is not None and len(span_us) == len(targets):
+            own_ends = differing_ends([sum(span_us[f:l + 1]) for f, l in repeats.units])
+        layout = stamped_layout(targets, modules, boundaries, unsafe, repeats, own_ends)
+    if layout is None:
+        repeats = None
+        layout = flat_layout(targets, modules, boundaries, unsafe, max_cuts)
+    starts = [0] + [c + 1 for c in layout.cuts]
+    ends = list(layout.cuts) + [len(targets) - 1]
     unsafe_blocks = tuple(any(t in unsafe for t in targets[s:e + 1]) for s, e in zip(starts, ends))
-    return SearchSpace(len(targets), tuple(cuts), unsafe_blocks, tuple(fallbacks), tuple(options))
+    return SearchSpace(len(targets), layout, unsafe_blocks, tuple(fallbacks), tuple(options), repeats)

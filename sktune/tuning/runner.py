@@ -18,7 +18,10 @@ from sktune.errors import ModelFileError, NondeterministicModelError
 from sktune.graph.capture import capture
 from sktune.graph.grouping import group_ops, regions
 from sktune.load import build, draw_inputs, load_model_file
+from sktune.measure.op_profile import profile_ops
+from sktune.measure.stats import paired_timing
 from sktune.space.plan import Plan, Scope
+from sktune.tuning.probe import probe_exactness
 from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,7 @@ class RunnerConfig:
     input_sets: int = 3
     n_batches: int = 30  # interleaved pairs; ~0.3 s per side: cheap next to a compile
     batch_target_s: float = 0.005
+    probe_cache: str | None = None  # JSON file of exactness-probe answers; None: do not probe
 
 
 class TrialRunner:
@@ -44,6 +48,8 @@ class TrialRunner:
         torch.set_num_threads(config.threads)
         torch.set_grad_enabled(False)
         self.backend = get_backend(config.backend)
+        clock = time.perf_counter()
+        self.startup_s: dict[str, float] = {}  # where worker start-up time went
         source = load_model_file(config.model_path)
         self.source = source
         device = self.backend.device
@@ -51,7 +57,11 @@ class TrialRunner:
         self.inputs = [tuple(t.to(device) for t in draw_inputs(source, seed)) for seed in range(config.input_sets)]
         _check_same_signature(self.inputs, source.path)
         _check_outputs_and_mutation(model, self.inputs[0], source.path)
+        self.startup_s["load"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         self.graph = capture(model, self.inputs[0])
+        self.startup_s["capture"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         self.args = [self.graph.args_for(inputs) for inputs in self.inputs]
         self.reference_fn = self.backend.reference(self.graph)
         self.references = [flatten_outputs(self.reference_fn(*args)) for args in self.args]
@@ -65,6 +75,18 @@ class TrialRunner:
                     "no random ops in forward, deterministic kernels)."
                 )
         self.backend.observe(lambda: self.reference_fn(*self.args[0]))
+        self.startup_s["reference"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        self.op_profile = profile_ops(self.graph.gm, self.args[0])
+        self.startup_s["op_profile"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        self.exactness: dict[str, Any] = {}
+        if config.probe_cache is not None and self.backend.probes_exactness:
+            exact = {o.name: o.exact_choice for o in self.backend.option_space(self.graph)
+                     if o.exact_choice is not None}
+            self.exactness = probe_exactness(self, Path(config.probe_cache), exact)
+        self.startup_s["probe"] = time.perf_counter() - clock
+        self._current: tuple[Any, list[float], list[float]] | None = None  # candidate being measured
 
     def describe(self) -> dict[str, Any]:
         """What the tuner's main process needs: ops, cuts, what the backend can tune."""
@@ -79,12 +101,22 @@ class TrialRunner:
             ],
             "environment": {**self.backend.environment(), "threads": str(self.config.threads),
                             "backend": self.backend.name},
+            "op_profile": self.op_profile.to_json(),
+            "exactness": self.exactness,
+            "startup_s": self.startup_s,
             "model_sha256": self.source.sha256,
             "input_shapes": [[list(t.shape), str(t.dtype)] for t in self.inputs[0]],
         }
 
-    def run(self, plan_json: dict[str, Any]) -> dict[str, Any]:
-        """Apply, verify on every input set, then time against the baseline (interleaved)."""
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Apply, verify on every input set, then time against the baseline (interleaved).
+
+        ``request`` is a plan, or ``{"plan": plan, "n_batches": k}`` to time only ``k``
+        batch pairs first (``more`` extends the measurement of the same candidate).
+        """
+        plan_json, n_batches = request, self.config.n_batches
+        if "plan" in request:
+            plan_json, n_batches = request["plan"], int(request["n_batches"])
         plan = Plan.from_json(plan_json)
         n_ops = len(self.graph.ops)
         started = time.perf_counter()
@@ -95,18 +127,15 @@ class TrialRunner:
             found = compare_outputs(self.references[k], flatten_outputs(candidate(*args)))
             mismatches += [{"input_set": k, **m.to_json()} for m in found]
         verified = time.perf_counter()
-        args0 = self.args[0]
-        timing, observed = self.backend.time_pair(
-            lambda: self.reference_fn(*args0), lambda: candidate(*args0),
-            n_batches=self.config.n_batches, batch_target_s=self.config.batch_target_s,
-        )
+        self._current = (candidate, [], [])
+        timing, observed = self._measure(n_batches)
         measured = time.perf_counter()
         if "superkernels" in observed:
             observed["fusion"] = planned_vs_actual(plan, observed["superkernels"])
         return {
             "bitwise": not mismatches,
             "mismatches": mismatches[:20],
-            "timing": timing.to_json(),
+            "timing": timing,
             "compile_s": compiled - started,
             "verify_s": verified - compiled,
             "measure_s": measured - verified,
@@ -114,6 +143,45 @@ class TrialRunner:
             "regions": [list(r) for r in regions(n_ops, plan.scopes)],
             "observed": observed,
         }
+
+    def more(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Time ``n_batches`` more pairs of the last candidate; the timing covers all its pairs."""
+        if self._current is None:
+            raise RuntimeError("no candidate to measure: send run first")
+        started = time.perf_counter()
+        timing, _ = self._measure(int(request["n_batches"]))
+        return {"timing": timing, "measure_s": time.perf_counter() - started}
+
+    def _measure(self, n_batches: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        assert self._current is not None
+        candidate, base, cand = self._current
+        args0 = self.args[0]
+        b, c, observed = self.backend.time_batches(
+            lambda: self.reference_fn(*args0), lambda: candidate(*args0),
+            n_batches=n_batches, batch_target_s=self.config.batch_target_s,
+        )
+        base += b
+        cand += c
+        return paired_timing(base, cand).to_json(), observed
+
+    def confirm(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Re-time several plans in one interleaved round: every candidate's pairs are spread
+        over the same stretch of time, so a quiet or busy minute favours none of them."""
+        compiled = [self.backend.compile(self.graph, Plan.from_json(p)) for p in request["plans"]]
+        rounds, per_round = int(request.get("rounds", 6)), int(request.get("n_batches", 5))
+        args0 = self.args[0]
+        samples: list[tuple[list[float], list[float]]] = [([], []) for _ in compiled]
+        for r in range(rounds):
+            order = list(range(len(compiled)))
+            order = order[r % len(order):] + order[:r % len(order)]  # nobody always goes first
+            for k in order:
+                b, c, _ = self.backend.time_batches(
+                    lambda: self.reference_fn(*args0), lambda fn=compiled[k]: fn(*args0),
+                    n_batches=per_round, batch_target_s=self.config.batch_target_s,
+                )
+                samples[k][0].extend(b)
+                samples[k][1].extend(c)
+        return {"timings": [paired_timing(b, c).to_json() for b, c in samples]}
 
     def mismatches(self, plan: Plan) -> int:
         """How many outputs differ from the reference, over all input sets."""

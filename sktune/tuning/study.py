@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,32 +13,76 @@ import optuna
 
 from sktune.errors import SktuneError
 from sktune.space.plan import Plan
-from sktune.space.search_space import OptionDomain, SearchSpace, build_space
+from sktune.space.exactness import Exactness
+from sktune.space.search_space import OptionDomain, SearchSpace, build_space, unique_by_plan
+from sktune.space.seeds import profile_seeds
+from sktune.tuning.budget import ANCHOR_ATTR, ClearlyWorsePruner
 from sktune.tuning.storage import fail_orphaned_trials, journal_path, make_storage, mask_url
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STORAGE = "sqlite:///sktune.db"
-ANCHOR_ATTR = "anchor"
 
 
-def space_from_description(description: dict[str, Any]) -> SearchSpace:
+def exactness_from_description(description: dict[str, Any]) -> Exactness:
+    return Exactness.from_probe(description.get("exactness") or {})
+
+
+def space_from_description(description: dict[str, Any], stamp: bool = True) -> SearchSpace:
+    """The search space; with probe answers, the probe's inexact op types replace the
+    backend's static list of unsafe ones (the cuts go around what really breaks)."""
     ops = description["ops"]
+    exactness = exactness_from_description(description)
+    unsafe = exactness.inexact if description.get("exactness") else frozenset(description["unsafe_op_types"])
+    profile = description.get("op_profile") or {}
     return build_space(
         [o["target"] for o in ops], [o["module"] for o in ops], description["boundaries"],
-        frozenset(description["unsafe_op_types"]), description["fallback_candidates"],
+        unsafe, description["fallback_candidates"],
         [OptionDomain(o["name"], tuple(o["choices"]), o["default"], o.get("exact_choice"))
          for o in description["options"]],
+        span_us=profile.get("span_us"), stamp=stamp,
     )
+
+
+def starting_points(space: SearchSpace, description: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Anchors, then profile-guided seeds, each plan once."""
+    seen: set[Plan] = set()
+    anchors = unique_by_plan(space, space.anchors(), seen)
+    profile = description.get("op_profile") or {}
+    seeds = profile_seeds(space, [o["target"] for o in description["ops"]], profile.get("span_us") or [],
+                          profile.get("gap_us") or [], exactness_from_description(description))
+    return anchors + unique_by_plan(space, seeds, seen)
+
+
+def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+    """sktune's sampler (also replayed by the search benchmark)."""
+    # Multivariate TPE: block and cut decisions interact (a cut matters only between fused blocks).
+    with warnings.catch_warnings():  # ``group`` is experimental; its warning would tear the progress bar
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True, group=True)
+
+
+SPACE_INPUTS = ("op_profile", "exactness")  # measured at start; a resumed study reuses the first run's
+
+
+def reuse_space_inputs(study: optuna.Study, description: dict[str, Any]) -> dict[str, Any]:
+    """``description`` with the profile and probe answers the study was created with, if any.
+
+    They shape the space (own first/last patterns, cuts around inexact ops); measuring
+    them again on resume could shift the space under the trials already run.
+    """
+    stored = {k: study.user_attrs[k] for k in SPACE_INPUTS if k in study.user_attrs}
+    return {**description, **stored}
 
 
 def open_study(name: str, storage: str, seed: int | None) -> optuna.Study:
     """Create the study or load it to resume; a bad storage URL is a user error."""
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=10)
+    sampler = make_sampler(seed)
     backend = make_storage(storage)
     try:
         study = optuna.create_study(
-            study_name=name, storage=backend, direction="minimize", sampler=sampler, load_if_exists=True
+            study_name=name, storage=backend, direction="minimize", sampler=sampler, load_if_exists=True,
+            pruner=ClearlyWorsePruner(),
         )
     except Exception as exc:
         message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
@@ -127,11 +172,14 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
     study.set_user_attr("backend", description["environment"]["backend"])
     study.set_user_attr("model", str(model_path))
     study.set_user_attr("ops", description["ops"])
+    for key in SPACE_INPUTS:
+        study.set_user_attr(key, description.get(key) or {})
     study.set_user_attr("boundaries", description["boundaries"])
     study.set_user_attr("environment", description["environment"])
+    study.set_user_attr("startup_s", description.get("startup_s"))
     study.set_user_attr("model_sha256", description["model_sha256"])
     study.set_user_attr("input_shapes", description["input_shapes"])
-    for anchor, params in space.anchors():
+    for anchor, params in starting_points(space, description):
         study.enqueue_trial(params, user_attrs={ANCHOR_ATTR: anchor}, skip_if_exists=True)
     return True
 
@@ -166,10 +214,29 @@ def records(study: optuna.Study) -> list[TrialRecord]:
     return out
 
 
+def top_records(study: optuna.Study, k: int) -> list[TrialRecord]:
+    """The ``k`` feasible (bitwise-exact) complete trials with the smallest time ratios, one per plan."""
+    feasible = sorted((r for r in records(study) if r.feasible and r.ratio is not None and math.isfinite(r.ratio)),
+                      key=lambda r: r.ratio)
+    out: list[TrialRecord] = []
+    for r in feasible:
+        if len(out) < k and all(r.plan != o.plan for o in out):
+            out.append(r)
+    return out
+
+
 def best_record(study: optuna.Study) -> TrialRecord | None:
-    """The feasible (bitwise-exact) complete trial with the smallest time ratio."""
-    feasible = [r for r in records(study) if r.feasible and r.ratio is not None and math.isfinite(r.ratio)]
-    return min(feasible, key=lambda r: r.ratio) if feasible else None
+    """The best exact trial: the re-measured winner among the finalists when there was a
+    re-measurement, else the feasible complete trial with the smallest time ratio."""
+    confirmed = study.user_attrs.get("confirm_best")
+    finalists = {f["trial"] for f in study.user_attrs.get("finalists") or []}
+    # Valid while no later trial (a resumed run) has entered the top that was re-measured.
+    if confirmed is not None and {r.number for r in top_records(study, len(finalists))} <= finalists:
+        for r in records(study):
+            if r.number == confirmed["trial"] and r.feasible:
+                return r
+    top = top_records(study, 1)
+    return top[0] if top else None
 
 
 def anchor_record(study: optuna.Study, anchor: str) -> TrialRecord | None:

@@ -17,6 +17,7 @@ from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning import study as studies
+from sktune.tuning.budget import EFFORTS, Effort, Patience, TrialBudget
 from sktune.tuning.storage import WORKER_ATTR, worker_tag
 from sktune.tuning.worker import SupervisedWorker, WorkerFailure, runner_config
 
@@ -35,7 +36,8 @@ class TrialFailed(Exception):
 class TuneSettings:
     model_path: Path
     backend: str = "inductor"
-    trials: int = 30
+    trials: int | None = None  # None: the effort's
+    effort: str = "default"
     timeout: float | None = None
     study_name: str | None = None
     storage: str = studies.DEFAULT_STORAGE
@@ -47,6 +49,16 @@ class TuneSettings:
     diagnose: int = 1  # hung trials rerun with the backend's diagnostic plan, at most this many
     allow_changed: bool = False  # resume a study although its fingerprint changed
     cache_root: Path = Path(".sktune/cache")
+    probe: bool = True  # per-op exactness probe (inductor), cached under cache_root
+    patience: int | None = -1  # -1: the effort's; None: never stop early
+
+    @property
+    def plan(self) -> Effort:
+        """The effort preset with this run's overrides."""
+        effort = EFFORTS[self.effort]
+        return Effort(trials=self.trials or effort.trials, chunks=effort.chunks,
+                      patience=effort.patience if self.patience == -1 else self.patience,
+                      confirm_top=effort.confirm_top)
 
     @property
     def study(self) -> str:
@@ -56,17 +68,25 @@ class TuneSettings:
 TrialCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
 
-def make_objective(space: SearchSpace, worker: SupervisedWorker, backend: Backend,
-                   settings: TuneSettings) -> Callable[[optuna.Trial], float]:
+def make_objective(space: SearchSpace, worker: SupervisedWorker, backend: Backend, settings: TuneSettings,
+                   description: dict[str, Any]) -> Callable[[optuna.Trial], float]:
     bisect_runs = backend.default_bisect_runs if settings.bisect_runs is None else settings.bisect_runs
     diagnoses_left = [settings.diagnose]
+    chunks = settings.plan.chunks
+    targets = [o["target"] for o in description["ops"]]
+    exactness = studies.exactness_from_description(description)
 
     def objective(trial: optuna.Trial) -> float:
         plan = space.suggest(trial)
         trial.set_user_attr("plan", plan.to_json())
         trial.set_user_attr(WORKER_ATTR, worker_tag())  # lets a resumed run fail this trial if we die
+        anchor = trial.user_attrs.get(studies.ANCHOR_ATTR)
+        hopeless = None if anchor else exactness.hopeless(plan, targets, space.exact_options)
+        if hopeless:  # known not to be bitwise: not worth a compile
+            trial.set_user_attr("skipped", hopeless)
+            raise optuna.TrialPruned(hopeless)
         started = time.perf_counter()
-        result = worker.request("run", plan.to_json(), settings.trial_timeout)
+        result = worker.request("run", {"plan": plan.to_json(), "n_batches": chunks[0]}, settings.trial_timeout)
         wall = time.perf_counter() - started
         if isinstance(result, WorkerFailure):
             trial.set_user_attr("failure", result.reason)
@@ -87,15 +107,33 @@ def make_objective(space: SearchSpace, worker: SupervisedWorker, backend: Backen
             reason = f"error: malformed result from the worker (missing {', '.join(missing)})"
             trial.set_user_attr("failure", reason)
             raise TrialFailed(reason)
-        for key in ("timing", "mismatches", "groups", "regions", "compile_s", "verify_s", "measure_s", "observed"):
+        for key in ("mismatches", "groups", "regions", "compile_s", "verify_s", "observed"):
             trial.set_user_attr(key, result[key])
         trial.set_user_attr("overhead_s", wall - result["measure_s"])
+        timing, measure_s = result["timing"], result["measure_s"]
+        # An inexact candidate is rejected whatever its speed: one step of timing is enough
+        # (anchors are timed fully: fuse-all's time is the yardstick for what exactness costs).
+        steps = chunks[1:] if result["bitwise"] or anchor else ()
+        done = chunks[0]
+        for chunk in steps:
+            trial.report(timing["ratio_ci"][0], step=done)
+            if not anchor and trial.should_prune():
+                trial.set_user_attr("timing", timing)
+                trial.set_user_attr("measure_s", measure_s)
+                raise optuna.TrialPruned(f"slower than the best exact trial after {done} batch pairs")
+            more = worker.request("more", {"n_batches": chunk}, settings.trial_timeout)
+            if isinstance(more, WorkerFailure):
+                trial.set_user_attr("failure", more.reason)
+                raise TrialFailed(more.reason)
+            timing, measure_s, done = more["timing"], measure_s + more["measure_s"], done + chunk
+        trial.set_user_attr("timing", timing)
+        trial.set_user_attr("measure_s", measure_s)
         trial.set_constraint("bitwise", float(len(result["mismatches"])))  # ≤ 0: exact
         if result["mismatches"] and bisect_runs > 0:
             found = worker.request("bisect", {"plan": plan.to_json(), "max_runs": bisect_runs}, settings.trial_timeout)
             if not isinstance(found, WorkerFailure):
                 trial.set_user_attr("smallest_failing_range", found)
-        return float(result["timing"]["ratio"])
+        return float(timing["ratio"])
 
     return objective
 
@@ -105,42 +143,58 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     """Run ``settings.trials`` more trials on the study (created or resumed)."""
     cache_dir = (settings.cache_root / settings.study).resolve()
     cache_dir.mkdir(parents=True, exist_ok=True)
+    effort = settings.plan
+    probe_cache = str((settings.cache_root / "exactness-probe.json").resolve()) if settings.probe else None
     config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
-                           threads=settings.threads, input_sets=settings.input_sets)
+                           threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
+                           probe_cache=probe_cache)
     # Failed trials are recorded with their reason; Optuna's own warning + traceback would
     # only tear through the progress display.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     backend = get_backend(settings.backend)  # e.g. no torch-npu: fail before starting a worker
     study = studies.open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
     with SupervisedWorker(config, str(cache_dir)) as worker:
-        description = worker.start()
+        description = studies.reuse_space_inputs(study, worker.start())
         space = studies.space_from_description(description)
         studies.prepare(study, description, space, settings.model_path,
                         {"threads": settings.threads, "input_sets": settings.input_sets}, settings.allow_changed)
         if on_ready:
             on_ready(study, description)
-        study.optimize(make_objective(space, worker, backend, settings), n_trials=settings.trials,
-                       timeout=settings.timeout, catch=(TrialFailed,), callbacks=callbacks or [])
-        _confirm_best_and_fuse_all(study, worker, settings.trial_timeout)
+        stop: list[TrialCallback] = [TrialBudget(effort.trials)]
+        if effort.patience:
+            stop.append(Patience(effort.patience))
+        study.optimize(make_objective(space, worker, backend, settings, description), n_trials=None,
+                       timeout=settings.timeout, catch=(TrialFailed,), callbacks=stop + (callbacks or []))
+        _confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top)
         _profile_baseline_and_best(study, worker, settings.trial_timeout)
     return study
 
 
-def _confirm_best_and_fuse_all(study: optuna.Study, worker: SupervisedWorker, timeout: float) -> None:
-    """Re-time the best exact plan and fuse-all in a fresh interleaved run.
+def _confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: float, top: int) -> None:
+    """Re-time the ``top`` best exact plans and fuse-all together, in one interleaved round.
 
     The best trial is the minimum of many noisy ratios; the measurement that picked it is
-    biased low (winner's curse). The summary reports this independent measurement.
+    biased low (winner's curse). The finalists are re-measured side by side and the one
+    with the best re-measured ratio is named best; the summary reports these times.
     """
-    for key, record in (("confirm_best", studies.best_record(study)),
-                        ("confirm_fuse_all", studies.anchor_record(study, "fuse-all"))):
-        if record is None or record.plan is None:
-            continue
-        result = worker.request("run", record.plan, timeout)
-        if isinstance(result, WorkerFailure):
-            log.warning("re-measuring trial %d failed: %s", record.number, result.reason)
-            continue
-        study.set_user_attr(key, {"trial": record.number, "timing": result["timing"], "bitwise": result["bitwise"]})
+    finalists = studies.top_records(study, top)
+    fuse_all = studies.anchor_record(study, "fuse-all")
+    plans = [r.plan for r in finalists] + ([fuse_all.plan] if fuse_all is not None else [])
+    if not plans:
+        return
+    result = worker.request("confirm", {"plans": plans}, timeout * len(plans))
+    if isinstance(result, WorkerFailure):
+        log.warning("re-measuring the finalists failed: %s", result.reason)
+        return
+    timings = result["timings"]
+    remeasured = [{"trial": r.number, "timing": t} for r, t in zip(finalists, timings)]
+    study.set_user_attr("finalists", remeasured)
+    if remeasured:
+        best = min(remeasured, key=lambda f: f["timing"]["ratio"])
+        study.set_user_attr("confirm_best", {**best, "bitwise": True})
+    if fuse_all is not None:
+        study.set_user_attr("confirm_fuse_all", {"trial": fuse_all.number, "timing": timings[-1],
+                                                 "bitwise": fuse_all.feasible})
 
 
 def _profile_baseline_and_best(study: optuna.Study, worker: SupervisedWorker, timeout: float) -> None:
@@ -184,6 +238,9 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "n_complete": len(complete),
         "n_infeasible": sum(1 for r in complete if not r.feasible),
         "n_failed": sum(1 for r in recs if r.state == "FAIL"),
+        "n_pruned": sum(1 for r in recs if r.state == "PRUNED"),
+        "stopped_early": study.user_attrs.get("stopped_early"),
+        "finalists": study.user_attrs.get("finalists"),
         "input_sets": study.user_attrs.get("input_sets"),
         "threads": study.user_attrs.get("threads"),
         "baseline_s": None, "best_s": None, "speedup": None, "speedup_ci": None, "significant": False,

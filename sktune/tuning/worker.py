@@ -64,7 +64,8 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> N
             if command == "run" and _maybe_inject_fault():
                 conn.send(("ok", {"garbage": True}))
                 continue
-            handler = {"run": runner.run, "profile": runner.profile, "bisect": runner.bisect}[command]
+            handler = {"run": runner.run, "more": runner.more, "confirm": runner.confirm, "profile": runner.profile,
+                       "bisect": runner.bisect}[command]
             result = handler(payload)
             conn.send(("ok", result))
         except Exception as exc:

@@ -2,7 +2,8 @@ import pytest
 
 from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan, Scope
-from sktune.space.search_space import EAGER, FUSE, OptionDomain, build_space, candidate_cuts
+from sktune.space.layout import candidate_cuts
+from sktune.space.search_space import EAGER, FUSE, OptionDomain, build_space
 
 TARGETS = ["pow", "mean", "add", "rsqrt", "mul", "linear", "chunk", "getitem", "getitem", "mul", "softmax", "add"]
 MODULES = ["norm"] * 5 + ["proj"] + [""] * 6

@@ -1,0 +1,180 @@
+"""How well sktune's search spends its trials, and how it scales (issue 5's figures).
+
+    python benchmarks/search_efficiency.py measure studies/decoder_block.py -o bench/decoder_block.json
+    python benchmarks/search_efficiency.py replay bench/decoder_block.json --seeds 20
+    python benchmarks/search_efficiency.py scale studies/decoder_stack.py --layers 8 --layers 16
+    python benchmarks/search_efficiency.py live studies/decoder_stack.py --trials 30 --workdir bench/live
+
+``measure`` times every plan of a small (≤ 256 plans) version of sktune's space once and
+saves the table; ``replay`` compares sktune's strategy with plain TPE and random search
+on that table over many seeds; ``scale`` times capture + space construction;
+``live`` runs a real study and reports per-trial overhead (cold, then with a warm compile
+cache) and the best speedup. Figures are printed; nothing is asserted. One thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+
+
+@app.command()
+def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
+            max_configs: int = 256, n_batches: int = 20, input_sets: int = 3,
+            option: Annotated[list[str], typer.Option(help="Backend option to include (repeatable).")] = [],  # noqa: B006
+            cache: Path = Path(".sktune/bench-cache")) -> None:
+    """Exhaustively measure a small version of sktune's space for MODEL."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve() / "inductor"))
+    from sktune.bench.exhaustive import distinct_plans, measure_all, save, small_space
+    from sktune.tuning.runner import RunnerConfig, TrialRunner
+
+    started = time.perf_counter()
+    runner = TrialRunner(RunnerConfig(model_path=str(model), input_sets=input_sets,
+                                      probe_cache=str(cache.resolve() / "exactness-probe.json")))
+    description = runner.describe()
+    space, max_cuts = small_space(description, max_configs, option)
+    n = len(distinct_plans(space))
+    print(f"{model}: {len(description['ops'])} ops, {len(space.blocks)} blocks, {len(space.fallbacks)} fallbacks, "
+          f"options {option}: {n} distinct plans")
+
+    def progress(done: int, total: int) -> None:
+        if done % 10 == 0 or done == total:
+            print(f"  {done}/{total} measured ({time.perf_counter() - started:.0f} s)", flush=True)
+
+    measurements = measure_all(runner, space, n_batches, progress)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save(out, str(model), description, max_cuts, measurements, option, n_batches)
+    exact = [m for m in measurements.values() if m["bitwise"]]
+    best = min(m["ratio"] for m in exact)
+    print(f"saved {out}: {len(measurements)} plans, {len(exact)} bitwise, exhaustive best ratio {best:.3f} "
+          f"({1 / best:.2f}×), {time.perf_counter() - started:.0f} s")
+
+
+@app.command()
+def replay(table: Path, seeds: int = 20, max_trials: int = 256, tolerance: float = 0.02,
+           json_out: Path | None = None) -> None:
+    """Compare sktune's strategy, TPE without seeds and random search on a measured table."""
+    from sktune.bench.replay import CHECKPOINTS, STRATEGIES, exhaustive_best, replay as run_one, summarize
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    data = json.loads(table.read_text())
+    best = exhaustive_best(data["measurements"])
+    runs = [run_one(data, s, seed, max_trials) for s in STRATEGIES for seed in range(seeds)]
+    result = summarize(runs, best, tolerance)
+    print(f"{data['model']}: {data['n_configs']} plans, exhaustive best exact ratio {best:.4f} "
+          f"({1 / best:.2f}×); target: within {tolerance:.0%}; {seeds} seeds; at most {max_trials} trials")
+    header = f"{'strategy':<8} {'trials to target (median)':>26} {'never':>6}" + "".join(
+        f" {'best@' + str(k):>9}" for k in CHECKPOINTS)
+    print(header)
+    for strategy, row in result.items():
+        print(f"{strategy:<8} {row['trials_to_target_median']:>26} {row['never_reached']:>6}" + "".join(
+            f" {1 / row[f'best_after_{k}_median']:>8.2f}×" for k in CHECKPOINTS))
+    fewer = result["random"]["trials_to_target_median"] / result["sktune"]["trials_to_target_median"]
+    print(f"random needs {fewer:.1f}× the trials sktune needs (median over seeds)")
+    if json_out:
+        json_out.write_text(json.dumps({"best": best, "tolerance": tolerance, "strategies": result}, indent=2))
+
+
+@app.command()
+def scale(model: Path, layers: Annotated[list[int], typer.Option()] = [8, 16]) -> None:  # noqa: B006
+    """Capture + space construction time of MODEL's ``build_stack(n)`` for each --layers n."""
+    import importlib.util
+
+    import torch
+
+    from sktune.backends.inductor import InductorBackend
+    from sktune.graph.capture import capture
+    from sktune.space.search_space import build_space
+
+    torch.set_num_threads(1)
+    spec = importlib.util.spec_from_file_location("stack_model", model)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    inputs = module.example_inputs(0)
+    backend = InductorBackend()
+    start = time.perf_counter()
+    capture(module.build_stack(1).eval(), inputs)  # Dynamo's one-off start-up, paid once per worker
+    print(f"first capture in the process (1 layer, Dynamo start-up): {time.perf_counter() - start:.2f} s")
+    for n in layers:
+        model_n = module.build_stack(n).eval()
+        for attempt in range(2):
+            start = time.perf_counter()
+            graph = capture(model_n, inputs)
+            captured = time.perf_counter()
+            ops = graph.ops
+            space = build_space([o.target for o in ops], [o.module for o in ops], graph.boundaries,
+                                backend.unsafe_op_types(), backend.fallback_candidates(graph),
+                                [], span_us=None)
+            built = time.perf_counter()
+            units = f"{len(space.repeats.units)} units × {space.repeats.length} ops" if space.repeats else "flat"
+            print(f"{n} layers, {len(ops)} ops: capture {captured - start:.2f} s + space {built - captured:.3f} s "
+                  f"= {built - start:.2f} s ({units}, {len(space.blocks)} blocks, "
+                  f"{len(set(space.layout.block_keys)) + len(set(space.layout.cut_keys))} structure parameters) "
+                  f"[run {attempt + 1}]")
+
+
+@app.command()
+def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed: int = 0) -> None:
+    """A real study: start-up, per-trial overhead (cold, then warm cache), best speedup after TRIALS."""
+    from sktune.tuning import study as studies
+    from sktune.tuning.tune import TuneSettings, summary, tune
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    settings = TuneSettings(model_path=model.resolve(), trials=trials, patience=None, seed=seed,
+                            storage=f"sqlite:///{(workdir / 'live.db').resolve()}",
+                            study_name=f"live-{model.stem}-{int(time.time())}", cache_root=(workdir / "cache").resolve())
+    started = time.perf_counter()
+    study = tune(settings)
+    wall = time.perf_counter() - started
+    data = summary(study)
+    startup = study.user_attrs.get("startup_s") or {}
+    overheads = [t.user_attrs["overhead_s"] for t in study.trials if "overhead_s" in t.user_attrs]
+    print(f"{model}: {data['n_ops']} ops, {data['n_trials']} trials ({data['n_complete']} complete, "
+          f"{data['n_infeasible']} not bitwise, {data['n_pruned']} pruned/skipped) in {wall:.0f} s")
+    print("worker start-up: " + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()))
+    print(f"per-trial overhead beyond measurement, cold cache: median {statistics.median(overheads):.2f} s "
+          f"(min {min(overheads):.2f}, max {max(overheads):.2f})")
+    print(f"best exact after {trials} trials: trial #{data['best_trial']}, {data['speedup']:.2f}× "
+          f"[{data['speedup_ci'][0]:.2f}, {data['speedup_ci'][1]:.2f}] vs unfused; fuse-all (inexact: "
+          f"{not data['fuse_all']['bitwise']}) {1 / data['fuse_all']['ratio']:.2f}×; gain kept {data['gain_kept']:.0%}")
+    # Warm cache: the same plans again in a fresh worker process using the study's Inductor cache.
+    cache_dir = (settings.cache_root / settings.study).resolve()
+    plans = [t.user_attrs["plan"] for t in study.trials if "plan" in t.user_attrs and "overhead_s" in t.user_attrs]
+    code = (
+        "import json, os, statistics, sys, time\n"
+        f"os.environ['TORCHINDUCTOR_CACHE_DIR'] = {str(cache_dir)!r}\n"
+        "from sktune.tuning.runner import RunnerConfig, TrialRunner\n"
+        f"runner = TrialRunner(RunnerConfig(model_path={str(model.resolve())!r}))\n"
+        "plans = json.load(sys.stdin)\n"
+        "out = []\n"
+        "for plan in plans:\n"
+        "    t = time.perf_counter(); r = runner.run({'plan': plan, 'n_batches': 2})\n"
+        "    out.append(time.perf_counter() - t - r['measure_s'])\n"
+        "print(json.dumps(out))\n"
+    )
+    import subprocess
+
+    result = subprocess.run([sys.executable, "-c", code], input=json.dumps(plans), capture_output=True, text=True,
+                            check=True)
+    warm = json.loads(result.stdout.strip().splitlines()[-1])
+    print(f"per-trial overhead beyond measurement, warm cache ({len(warm)} plans again, fresh process): "
+          f"median {statistics.median(warm):.2f} s (min {min(warm):.2f}, max {max(warm):.2f}; "
+          f"first {warm[0]:.2f} s includes the process's first compile)")
+    (workdir / "live.json").write_text(json.dumps({"summary": data, "overheads_cold": overheads,
+                                                  "overheads_warm": warm, "startup_s": startup, "wall_s": wall}))
+    print(f"study {settings.study} in {settings.storage}; summary in {workdir / 'live.json'}")
+
+
+if __name__ == "__main__":
+    app()

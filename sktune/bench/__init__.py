@@ -1,0 +1,1 @@
+"""Benchmarks of the search itself (benchmarks/search_efficiency.py drives them)."""

@@ -1,0 +1,102 @@
+"""Measure every configuration of a small search space once, and save the measurements.
+
+The space is sktune's own (same layout, anchors and seeds), narrowed until it has at most
+``max_configs`` distinct plans: fewer candidate cuts, a few options. Every plan is
+compiled, verified bitwise on all input sets and timed against the unfused graph in the
+same run, exactly as a trial is. Strategies are then compared by replaying this table
+(``bench/replay.py``): a replayed trial costs a lookup, not a compile.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sktune.space.search_space import EAGER, FUSE, OptionDomain, SearchSpace, build_space
+from sktune.tuning.study import exactness_from_description
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OPTIONS: tuple[str, ...] = ()  # backend options searched too (each multiplies the plans)
+
+
+def param_domains(space: SearchSpace) -> dict[str, list[Any]]:
+    """Every parameter the space suggests and its choices (flat spaces: no own-pattern switches)."""
+    domains: dict[str, list[Any]] = {f"{p}.own": [False, True] for p in space.layout.variants}
+    for key in space.layout.block_keys:
+        domains.setdefault(key, [FUSE, EAGER])
+    for key in space.layout.cut_keys:
+        domains.setdefault(key, [False, True])
+    domains.update({f"fallback:{op}": [False, True] for op in space.fallbacks})
+    domains.update({o.name: list(o.choices) for o in space.options})
+    return domains
+
+
+def distinct_plans(space: SearchSpace) -> dict[str, dict[str, Any]]:
+    """Plan (as canonical JSON) → one parameter set that decodes to it."""
+    domains = param_domains(space)
+    names = list(domains)
+    plans: dict[str, dict[str, Any]] = {}
+    for values in itertools.product(*(domains[n] for n in names)):
+        params = dict(zip(names, values))
+        plans.setdefault(space.decode(params).dumps(), params)
+    return plans
+
+
+def space_for(description: dict[str, Any], max_cuts: int, options: Sequence[str] = DEFAULT_OPTIONS) -> SearchSpace:
+    """sktune's (flat) space for ``description`` with at most ``max_cuts`` cuts and only ``options``."""
+    ops = description["ops"]
+    exactness = exactness_from_description(description)
+    unsafe = exactness.inexact if description.get("exactness") else frozenset(description["unsafe_op_types"])
+    domains = [OptionDomain(o["name"], tuple(o["choices"]), o["default"], o.get("exact_choice"))
+               for o in description["options"] if o["name"] in options]
+    profile = description.get("op_profile") or {}
+    return build_space([o["target"] for o in ops], [o["module"] for o in ops], description["boundaries"],
+                       unsafe, description["fallback_candidates"], domains, max_cuts=max_cuts,
+                       span_us=profile.get("span_us"), stamp=False)
+
+
+def small_space(description: dict[str, Any], max_configs: int = 256,
+                options: Sequence[str] = DEFAULT_OPTIONS) -> tuple[SearchSpace, int]:
+    """The space with the most candidate cuts that keeps ≤ ``max_configs`` plans, and that cut limit."""
+    for max_cuts in range(8, -1, -1):
+        space = space_for(description, max_cuts, options)
+        combinations = 1
+        for choices in param_domains(space).values():
+            combinations *= len(choices)
+        if combinations <= 1 << 16 and len(distinct_plans(space)) <= max_configs:
+            return space, max_cuts
+    raise ValueError(f"even without cuts the space has more than {max_configs} plans: pass fewer options")
+
+
+def measure_all(runner: Any, space: SearchSpace, n_batches: int,
+                progress: Callable[[int, int], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Run every distinct plan through ``runner`` (a TrialRunner): plan JSON → measurement."""
+    plans = distinct_plans(space)
+    out: dict[str, dict[str, Any]] = {}
+    for k, (key, params) in enumerate(plans.items()):
+        started = time.perf_counter()
+        try:
+            result = runner.run({"plan": json.loads(key), "n_batches": n_batches})
+            out[key] = {"ratio": result["timing"]["ratio"], "ratio_ci": result["timing"]["ratio_ci"],
+                        "bitwise": result["bitwise"], "compile_s": result["compile_s"],
+                        "wall_s": time.perf_counter() - started}
+        except Exception as exc:  # a plan that does not compile is a failed trial, not the end
+            log.warning("plan %d failed: %s", k, exc)
+            out[key] = {"ratio": None, "bitwise": False, "error": f"{type(exc).__name__}: {exc}"}
+        if progress:
+            progress(k + 1, len(plans))
+    return out
+
+
+def save(path: Path, model: str, description: dict[str, Any], max_cuts: int,
+         measurements: dict[str, dict[str, Any]], options: Sequence[str], n_batches: int) -> None:
+    path.write_text(json.dumps({
+        "model": model, "description": description, "options": list(options), "max_cuts": max_cuts,
+        "n_batches": n_batches, "n_configs": len(measurements), "measurements": measurements,
+    }))

@@ -1,0 +1,114 @@
+"""Spending the trial budget well: effort presets, pruning, and stopping when gains dry up."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import optuna
+
+log = logging.getLogger(__name__)
+
+ANCHOR_ATTR = "anchor"  # user attr naming an enqueued starting point (anchor or seed)
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How much to spend: trials, batch pairs per measurement step, patience, finalists."""
+
+    trials: int
+    chunks: tuple[int, ...]  # batch pairs timed per step; pruning is checked between steps
+    patience: int | None  # stop after this many trials in a row without a significant gain
+    confirm_top: int  # finalists re-measured together at the end
+
+    @property
+    def n_batches(self) -> int:
+        return sum(self.chunks)
+
+
+EFFORTS: dict[str, Effort] = {
+    "quick": Effort(trials=15, chunks=(10, 10), patience=6, confirm_top=2),
+    "default": Effort(trials=30, chunks=(10, 10, 10), patience=12, confirm_top=3),
+    "thorough": Effort(trials=100, chunks=(10, 10, 10, 10, 10, 10), patience=30, confirm_top=5),
+}
+
+
+def feasible_ratios(study: optuna.Study) -> list[float]:
+    """Time ratios of the complete, bitwise-exact trials."""
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if t.value is not None and math.isfinite(t.value) and all(v <= 0 for v in t.constraints.values()):
+            out.append(t.value)
+    return out
+
+
+class ClearlyWorsePruner(optuna.pruners.BasePruner):
+    """Prune a candidate once its ratio's interval lies wholly above the best exact ratio.
+
+    The objective reports the *lower* end of the 95 % interval of the candidate's time
+    ratio after each measurement step: if even that is slower than the best exact trial
+    so far, more batches cannot make it the best.
+    """
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None:
+            return False
+        ratios = feasible_ratios(study)
+        return bool(ratios) and trial.intermediate_values[step] > min(ratios)
+
+
+def skipped(trial: optuna.trial.FrozenTrial) -> bool:
+    """Skipped without a compile (the exactness probe says it cannot be bitwise)."""
+    return "skipped" in trial.user_attrs
+
+
+class TrialBudget:
+    """Stops the study after ``n`` trials of this invocation that cost something.
+
+    Skipped trials (hopeless by the exactness probe) take no compile and no measurement,
+    so they do not use up the budget; ``max_skips`` in a row end the search anyway.
+    """
+
+    def __init__(self, n: int, max_skips: int = 200) -> None:
+        self.n, self.max_skips = n, max_skips
+        self.spent = self.skips_in_a_row = 0
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if skipped(trial):
+            self.skips_in_a_row += 1
+        else:
+            self.spent += 1
+            self.skips_in_a_row = 0
+        if self.spent >= self.n or self.skips_in_a_row >= self.max_skips:
+            study.stop()
+
+
+class Patience:
+    """Stops the study after ``k`` finished trials in a row bring no significant gain.
+
+    A gain is significant when a new exact trial's whole ratio interval lies below the
+    best exact ratio before it (below 1.0 at first: faster than unfused). Only sampled
+    trials count; the queued starting points (anchors, seeds) always run.
+    """
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.without_gain = 0
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if skipped(trial) or ANCHOR_ATTR in trial.user_attrs:
+            return
+        before = [r for r in feasible_ratios(study) if r != trial.value] or [1.0]
+        timing = trial.user_attrs.get("timing") or {}
+        exact = trial.state == optuna.trial.TrialState.COMPLETE and all(v <= 0 for v in trial.constraints.values())
+        if exact and timing and timing["ratio_ci"][1] < min(min(before), 1.0):
+            self.without_gain = 0
+            return
+        self.without_gain += 1
+        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        if self.without_gain >= self.k and not waiting:
+            log.info("stopping: %d trials in a row without a significant gain", self.without_gain)
+            study.set_user_attr("stopped_early", {"after_trial": trial.number, "patience": self.k})
+            study.stop()

@@ -1,0 +1,95 @@
+"""The per-op exactness probe: each op type compiled alone on real inputs, compared bitwise.
+
+Runs in the worker, once per op type and input signature; answers are cached in a JSON
+file shared by studies (key: backend, torch version, op type, input shapes/dtypes,
+constant arguments), so a second study of the same model probes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import fx
+
+from sktune.space.plan import Plan, Scope
+
+log = logging.getLogger(__name__)
+
+
+def _describe_arg(a: Any) -> Any:
+    if isinstance(a, fx.Node):
+        value = a.meta.get("example_value")
+        if isinstance(value, torch.Tensor):
+            return [list(value.shape), str(value.dtype)]
+        return "node"
+    if isinstance(a, (list, tuple)):
+        return [_describe_arg(x) for x in a]
+    return repr(a)
+
+
+def probe_key(backend: str, target: str, node: fx.Node) -> str:
+    inputs = json.dumps([_describe_arg(a) for a in node.args] + [[k, _describe_arg(v)] for k, v in node.kwargs.items()])
+    return f"{backend}|torch {torch.__version__}|{target}|{inputs}"
+
+
+def isolating_span(i: int, n_ops: int, legal: set[int]) -> tuple[int, int]:
+    """The smallest legal region containing op ``i`` (a tuple op takes its getitems along)."""
+    first, last = i, i
+    while first > 0 and first - 1 not in legal:
+        first -= 1
+    while last < n_ops - 1 and last not in legal:
+        last += 1
+    return first, last
+
+
+def probe_exactness(runner: Any, cache_file: Path | None, exact_options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{op type: {"alone": bitwise?, "exact_options": bitwise with them? (None: not tried), "op": i}}``."""
+    cache = _load(cache_file)
+    graph = runner.graph
+    nodes = graph.op_nodes
+    legal = set(graph.boundaries)
+    n_ops = len(graph.ops)
+    out: dict[str, dict[str, Any]] = {}
+    for i, op in enumerate(graph.ops):
+        if op.target in out:
+            continue
+        key = probe_key(runner.backend.name, op.target, nodes[i])
+        if key not in cache:
+            first, last = isolating_span(i, n_ops, legal)
+            scopes = [Scope(first, last, "probe")]
+            alone = runner.mismatches(Plan.make(scopes, {})) == 0
+            fixed = None
+            if not alone and exact_options:
+                fixed = runner.mismatches(Plan.make(scopes, dict(exact_options))) == 0
+            cache[key] = {"alone": alone, "exact_options": fixed}
+            log.debug("probe %s (ops %d..%d): alone=%s exact_options=%s", op.target, first, last, alone, fixed)
+        out[op.target] = {**cache[key], "op": i}
+    _save(cache_file, cache)
+    return out
+
+
+def _load(path: Path | None) -> dict[str, Any]:
+    if path is None or not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        log.warning("ignoring unreadable probe cache %s", path)
+        return {}
+
+
+def _save(path: Path | None, cache: dict[str, Any]) -> None:
+    """Atomically (several workers may probe at once; the last writer wins, all answers agree)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".probe-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(cache, f, indent=0, sort_keys=True)
+    os.replace(tmp, path)

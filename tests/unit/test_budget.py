@@ -1,0 +1,83 @@
+"""Effort presets, the clearly-worse pruner, the trial budget and patience, on in-memory studies."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from sktune.tuning.budget import ANCHOR_ATTR, EFFORTS, ClearlyWorsePruner, Patience, TrialBudget
+from sktune.tuning.tune import TuneSettings
+
+
+def add_trial(study: optuna.Study, ratio: float, ci: tuple[float, float], exact: bool = True,
+              **attrs: object) -> optuna.trial.FrozenTrial:
+    trial = optuna.trial.create_trial(
+        value=ratio, user_attrs={"timing": {"ratio": ratio, "ratio_ci": list(ci)}, **attrs},
+        system_attrs={"constraints:bitwise": 0.0 if exact else 3.0},
+    )
+    study.add_trial(trial)
+    return study.trials[-1]
+
+
+def test_effort_presets_and_overrides() -> None:
+    assert EFFORTS["quick"].trials < EFFORTS["default"].trials < EFFORTS["thorough"].trials
+    assert EFFORTS["thorough"].n_batches > EFFORTS["quick"].n_batches
+    settings = TuneSettings(model_path=__file__, effort="quick", trials=7, patience=None)  # type: ignore[arg-type]
+    assert settings.plan.trials == 7 and settings.plan.patience is None
+    assert TuneSettings(model_path=__file__).plan == EFFORTS["default"]  # type: ignore[arg-type]
+
+
+def test_pruner_prunes_only_when_the_whole_interval_is_worse_than_the_best_exact() -> None:
+    study = optuna.create_study(pruner=ClearlyWorsePruner())
+    add_trial(study, 0.60, (0.58, 0.62))
+    add_trial(study, 0.40, (0.38, 0.42), exact=False)  # inexact: not a yardstick
+    trial = study.ask()
+    trial.report(0.59, step=10)  # lower end of the interval below the best exact: keep measuring
+    assert not trial.should_prune()
+    trial.report(0.65, step=20)
+    assert trial.should_prune()
+
+
+def test_budget_does_not_count_skipped_trials() -> None:
+    study = optuna.create_study()
+    budget = TrialBudget(2)
+
+    def objective(trial: optuna.Trial) -> float:
+        if trial.number % 2 == 0:
+            trial.set_user_attr("skipped", "hopeless")
+            raise optuna.TrialPruned()
+        return 1.0
+
+    study.optimize(objective, n_trials=None, callbacks=[budget])
+    states = [t.state for t in study.trials]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 2 and len(states) == 4
+
+
+def test_patience_stops_after_k_sampled_trials_without_a_significant_gain() -> None:
+    study = optuna.create_study()
+    patience = Patience(3)
+    ratios = iter([0.8, 0.79, 0.81, 0.80, 0.5, 0.9, 0.9, 0.9, 0.9, 0.9])
+
+    def objective(trial: optuna.Trial) -> float:
+        ratio = next(ratios)
+        trial.set_user_attr("timing", {"ratio": ratio, "ratio_ci": [ratio - 0.02, ratio + 0.02]})
+        trial.set_constraint("bitwise", 0.0)
+        return ratio
+
+    study.optimize(objective, n_trials=10, callbacks=[patience])
+    # 0.8 gains (CI below 1); 0.79/0.81/0.80 do not clear 0.8 → stop after trial 3.
+    assert len(study.trials) == 4
+    assert study.user_attrs["stopped_early"]["after_trial"] == 3
+
+
+def test_patience_ignores_queued_starting_points() -> None:
+    study = optuna.create_study()
+    for _ in range(5):
+        study.enqueue_trial({}, user_attrs={ANCHOR_ATTR: "seed"})
+    study.optimize(lambda t: 1.0, n_trials=8, callbacks=[Patience(2)])
+    assert len(study.trials) == 7  # 5 anchors, then 2 sampled trials without gain
+
+
+@pytest.mark.parametrize("name", sorted(EFFORTS))
+def test_every_effort_measures_at_least_two_steps(name: str) -> None:
+    assert len(EFFORTS[name].chunks) >= 2 and EFFORTS[name].confirm_top >= 2
