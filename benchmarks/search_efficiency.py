@@ -74,11 +74,11 @@ def replay(table: Path, seeds: int = 20, max_trials: int = 256, tolerance: float
     result = summarize(runs, best, tolerance)
     print(f"{data['model']}: {data['n_configs']} plans, exhaustive best exact ratio {best:.4f} "
           f"({1 / best:.2f}×); target: within {tolerance:.0%}; {seeds} seeds; at most {max_trials} trials")
-    header = f"{'strategy':<8} {'trials to target (median)':>26} {'never':>6}" + "".join(
+    header = f"{'strategy':<14} {'trials to target (median)':>26} {'never':>6}" + "".join(
         f" {'best@' + str(k):>9}" for k in CHECKPOINTS)
     print(header)
     for strategy, row in result.items():
-        print(f"{strategy:<8} {row['trials_to_target_median']:>26} {row['never_reached']:>6}" + "".join(
+        print(f"{strategy:<14} {row['trials_to_target_median']:>26} {row['never_reached']:>6}" + "".join(
             f" {1 / row[f'best_after_{k}_median']:>8.2f}×" for k in CHECKPOINTS))
     fewer = result["random"]["trials_to_target_median"] / result["sktune"]["trials_to_target_median"]
     print(f"random needs {fewer:.1f}× the trials sktune needs (median over seeds)")

@@ -55,6 +55,10 @@ class Backend(ABC):
     def unsafe_op_types(self) -> frozenset[str]:
         """Op types known to break bitwise equality when fused on this backend."""
 
+    def unfusable_op_types(self) -> frozenset[str]:
+        """Op types the compiler runs as separate kernels whatever the scope (cheap places to cut)."""
+        return frozenset()
+
     @abstractmethod
     def fallback_candidates(self, graph: OpGraph) -> list[str]:
         """Op types in ``graph`` that can stay inside a region as their precompiled kernel."""

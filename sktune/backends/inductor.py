@@ -42,6 +42,10 @@ FALLBACK_ATEN: dict[str, tuple[str, ...]] = {
 # Measured on CPU (docs/design.md): fused versions of these differ from eager by 1-5 ULP.
 UNSAFE_OP_TYPES = frozenset(FALLBACK_ATEN)
 
+# Lowered to extern kernels (BLAS, oneDNN) on CPU: Inductor fuses nothing into them by
+# default, so a region edge next to one costs a call but splits no generated kernel.
+EXTERN_OP_TYPES = frozenset({"linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d"})
+
 FALLBACK_OPTION = "fallback_ops"
 
 OPTIONS = (
@@ -147,6 +151,9 @@ class InductorBackend(Backend):
 
     def unsafe_op_types(self) -> frozenset[str]:
         return UNSAFE_OP_TYPES
+
+    def unfusable_op_types(self) -> frozenset[str]:
+        return EXTERN_OP_TYPES
 
     def fallback_candidates(self, graph: OpGraph) -> list[str]:
         return sorted({op.target for op in graph.ops if op.target in FALLBACK_ATEN})

@@ -58,7 +58,8 @@ def space_for(description: dict[str, Any], max_cuts: int, options: Sequence[str]
     profile = description.get("op_profile") or {}
     return build_space([o["target"] for o in ops], [o["module"] for o in ops], description["boundaries"],
                        unsafe, description["fallback_candidates"], domains, max_cuts=max_cuts,
-                       span_us=profile.get("span_us"), stamp=False)
+                       span_us=profile.get("span_us"), stamp=False,
+                       barriers=frozenset(description.get("unfusable_op_types") or ()))
 
 
 def small_space(description: dict[str, Any], max_configs: int = 256,

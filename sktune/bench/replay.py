@@ -6,6 +6,8 @@ A replayed trial looks its plan up in the table instead of compiling and timing 
 * ``sktune``: what ``sktune run`` does — anchors and profile-guided seeds first, then
   sktune's sampler; plans the exactness probe calls hopeless are skipped without a
   measurement (they do not count as trials, as in a real run).
+* ``sktune-sampler``: the same without the starting points (what the sampler and the
+  probe's skipping do on their own).
 * ``tpe``: Optuna's default TPE on the same parameters, no seeds.
 * ``random``: Optuna's random sampler on the same parameters.
 """
@@ -25,7 +27,7 @@ from sktune.space.plan import Plan
 from sktune.tuning.budget import ANCHOR_ATTR
 from sktune.tuning.study import exactness_from_description, make_sampler, starting_points
 
-STRATEGIES = ("sktune", "tpe", "random")
+STRATEGIES = ("sktune", "sktune-sampler", "tpe", "random")
 CHECKPOINTS = (10, 30, 60)
 
 
@@ -54,7 +56,8 @@ def replay(data: dict[str, Any], strategy: str, seed: int, max_trials: int) -> R
     space = space_for(description, data["max_cuts"], data["options"])
     targets = [o["target"] for o in description["ops"]]
     exactness = exactness_from_description(description)
-    if strategy == "sktune":
+    ours = strategy in ("sktune", "sktune-sampler")
+    if ours:
         sampler: optuna.samplers.BaseSampler = make_sampler(seed)
     elif strategy == "tpe":
         sampler = optuna.samplers.TPESampler(seed=seed)
@@ -70,7 +73,7 @@ def replay(data: dict[str, Any], strategy: str, seed: int, max_trials: int) -> R
     while len(history) < max_trials and skips < 10_000:
         trial = study.ask()
         plan: Plan = space.suggest(trial)
-        if (strategy == "sktune" and ANCHOR_ATTR not in trial.user_attrs
+        if (ours and ANCHOR_ATTR not in trial.user_attrs
                 and exactness.hopeless(plan, targets, space.exact_options)):
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             skips += 1

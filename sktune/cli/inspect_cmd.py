@@ -26,7 +26,13 @@ def inspect_command(
         source = load_model_file(model)
         with torch.no_grad():
             graph = capture(build(source), draw_inputs(source, 0))
+        from sktune.graph.structure import find_repeats
+
         description = graph.describe()
+        repeats = find_repeats([o.target for o in graph.ops], [o.module for o in graph.ops])
+        description["repeated_units"] = (
+            {"container": repeats.container, "units": [list(u) for u in repeats.units]} if repeats else None
+        )
     if as_json:
         typer.echo(json.dumps(description))
         return
@@ -38,4 +44,8 @@ def inspect_command(
     for op in graph.ops:
         table.add_row(str(op.index), op.name, op.target, op.module, Path(op.source).name if op.source else "",
                       "yes" if op.index in legal else "")
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    if repeats:
+        console.print(f"repeated units: {len(repeats.units)} × {repeats.length} ops under {repeats.container!r} "
+                      f"(ops {repeats.units[0][0]}..{repeats.units[-1][1]}): one cut pattern is tuned and stamped")

@@ -165,6 +165,8 @@ def top_kernels(study: optuna.Study, top: int = 10) -> pd.DataFrame:
 # ---------------------------------------------------------------- 4. history, importances, parallel coordinates
 
 def _status(r: studies.TrialRecord) -> str:
+    if r.state == "PRUNED":  # stopped early (partly measured) or skipped by the probe (never compiled)
+        return "pruned" if r.ratio is not None else "skipped"
     if r.state != "COMPLETE":
         return "failed"
     return "exact" if r.feasible else "not exact"
@@ -263,7 +265,8 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
                      "step_s": timing.get("candidate_s"), "baseline_s": timing.get("baseline_s"),
                      "ratio": timing.get("ratio"), "ratio_lo": lo, "ratio_hi": hi,
                      "bitwise": ("yes" if exact else "no") if complete else "",
-                     "reason": t.user_attrs.get("failure") or _mismatch_line(t.user_attrs.get("mismatches") or [])})
+                     "reason": t.user_attrs.get("failure") or t.user_attrs.get("skipped") or t.user_attrs.get("pruned")
+                     or _mismatch_line(t.user_attrs.get("mismatches") or [])})
     return pd.DataFrame(rows, columns=["number", "state", "anchor", "step_s", "baseline_s", "ratio",
                                        "ratio_lo", "ratio_hi", "bitwise", "reason"])
 

@@ -21,7 +21,10 @@ _STATUS = {  # history: how each kind of trial is drawn
     "exact": {"symbol": "circle", "color": "#1f77b4", "name": "bitwise-exact"},
     "not exact": {"symbol": "x", "color": "#ff7f0e", "name": "not bitwise (infeasible)"},
     "failed": {"symbol": "triangle-down", "color": "#d62728", "name": "failed (hang, crash, error)"},
+    "pruned": {"symbol": "diamond-open", "color": "#7f7f7f", "name": "pruned (clearly slower; partly measured)"},
+    "skipped": {"symbol": "line-ew-open", "color": "#9467bd", "name": "skipped (probe: cannot be bitwise)"},
 }
+_AT_TOP = ("failed", "skipped")  # no ratio: drawn above the others, the reason on hover
 
 
 def _layout(fig: go.Figure, title: str, height: int, **kwargs: Any) -> go.Figure:
@@ -124,9 +127,9 @@ def history_figure(hist: pd.DataFrame) -> go.Figure:
         part = hist[hist["status"] == status]
         if part.empty:
             continue
-        y = part["ratio"] if status != "failed" else [top] * len(part)
+        y = part["ratio"] if status not in _AT_TOP else [top] * len(part)
         hover = [f"trial #{r.number}" + (f" ({escape(r.anchor)})" if r.anchor else "") + "<br>"
-                 + (f"ratio {r.ratio:.3f}" if status != "failed" else escape(_short(r.failure, 120)))
+                 + (f"ratio {r.ratio:.3f}" if status not in _AT_TOP else escape(_short(r.failure, 120)))
                  for r in part.itertuples()]
         fig.add_trace(go.Scatter(x=part["number"], y=y, mode="markers", name=style["name"],
                                  marker={"symbol": style["symbol"], "color": style["color"], "size": 10},

@@ -33,9 +33,11 @@ class Layout:
 
 def candidate_cuts(
     targets: Sequence[str], modules: Sequence[str], boundaries: Sequence[int],
-    unsafe: frozenset[str], max_cuts: int = MAX_CUTS,
+    unsafe: frozenset[str], max_cuts: int = MAX_CUTS, barriers: frozenset[str] = frozenset(),
 ) -> list[int]:
-    """Legal boundaries worth cutting at: around unsafe ops first, then module changes."""
+    """Legal boundaries worth cutting at: around unsafe ops first, then module changes and
+    the edges of ``barriers`` (ops the backend cannot fuse with their neighbours anyway, so
+    a cut there costs little), taking turns."""
     legal = set(boundaries)
     # The two cuts that isolate a run of unsafe ops travel together: thinning keeps or
     # drops whole isolations, never half of one.
@@ -55,22 +57,27 @@ def candidate_cuts(
     module_changes = [
         i for i in sorted(legal) if _coarse(modules[i]) != _coarse(modules[i + 1]) and i not in chosen
     ]
+    barrier_edges = [i for i in sorted(legal) if (targets[i] in barriers or targets[i + 1] in barriers)
+                     and i not in chosen and i not in module_changes]
     room = max_cuts - len(chosen)
     if room > 0:
-        chosen += _evenly(module_changes, room)
+        share = room if not barrier_edges else (room + 1) // 2
+        picked = _evenly(module_changes, share)
+        chosen += picked + _evenly(barrier_edges, room - len(picked))
     return sorted(set(chosen))
 
 
 def flat_layout(targets: Sequence[str], modules: Sequence[str], boundaries: Sequence[int],
-                unsafe: frozenset[str], max_cuts: int = MAX_CUTS) -> Layout:
-    cuts = candidate_cuts(targets, modules, boundaries, unsafe, max_cuts)
+                unsafe: frozenset[str], max_cuts: int = MAX_CUTS, barriers: frozenset[str] = frozenset()) -> Layout:
+    cuts = candidate_cuts(targets, modules, boundaries, unsafe, max_cuts, barriers)
     return Layout(tuple(cuts), tuple(f"block:{j}" for j in range(len(cuts) + 1)),
                   tuple(f"cut:{k}" for k in range(len(cuts))))
 
 
 def stamped_layout(targets: Sequence[str], modules: Sequence[str], boundaries: Sequence[int],
                    unsafe: frozenset[str], repeats: Repeats,
-                   own_ends: tuple[bool, bool] = (False, False)) -> Layout | None:
+                   own_ends: tuple[bool, bool] = (False, False),
+                   barriers: frozenset[str] = frozenset()) -> Layout | None:
     """One cut pattern stamped across ``repeats``; None when the units cannot share one.
 
     ``own_ends``: the first / last unit get parameters of their own (``first.*`` /
@@ -86,7 +93,7 @@ def stamped_layout(targets: Sequence[str], modules: Sequence[str], boundaries: S
     item = unit_key(modules[first0])
     strip = len(item[1]) + 1 if item else 0  # module paths below the item: "attn.q_proj"
     local = candidate_cuts(targets[first0:last0 + 1], [m[strip:] for m in modules[first0:last0 + 1]],
-                           local_legal, unsafe, MAX_UNIT_CUTS)
+                           local_legal, unsafe, MAX_UNIT_CUTS, barriers)
     edges = [f - 1 for f, _ in units if f > 0] + [last for _, last in units if last < n - 1]
     if any(e not in legal for e in edges):
         return None  # a tuple spans a unit edge: no clean stamping
@@ -107,7 +114,8 @@ def stamped_layout(targets: Sequence[str], modules: Sequence[str], boundaries: S
 
     def end_cuts(first: int, last: int) -> list[int]:
         inner = [b - first for b in boundaries if first <= b < last]
-        return candidate_cuts(targets[first:last + 1], modules[first:last + 1], inner, unsafe, MAX_END_CUTS)
+        return candidate_cuts(targets[first:last + 1], modules[first:last + 1], inner, unsafe, MAX_END_CUTS,
+                              barriers)
 
     if first0 > 0:
         segment(0, first0 - 1, "pre", end_cuts(0, first0 - 1))
@@ -139,6 +147,8 @@ def _coarse(module: str) -> str:
 
 
 def _evenly(items: Sequence[Any], k: int) -> list[Any]:
+    if k <= 0:
+        return []
     if len(items) <= k:
         return list(items)
     step = len(items) / k

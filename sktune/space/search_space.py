@@ -175,7 +175,7 @@ def unique_by_plan(space: SearchSpace, candidates: Sequence[tuple[str, dict[str,
 def build_space(
     targets: Sequence[str], modules: Sequence[str], boundaries: Sequence[int], unsafe: frozenset[str],
     fallbacks: Sequence[str], options: Sequence[OptionDomain], max_cuts: int = MAX_CUTS,
-    span_us: Sequence[float] | None = None, stamp: bool = True,
+    span_us: Sequence[float] | None = None, stamp: bool = True, barriers: frozenset[str] = frozenset(),
 ) -> SearchSpace:
     """The space for one graph: stamped over repeated units when there are any.
 
@@ -188,10 +188,10 @@ def build_space(
         own_ends = (False, False)
         if span_us is not None and len(span_us) == len(targets):
             own_ends = differing_ends([sum(span_us[f:l + 1]) for f, l in repeats.units])
-        layout = stamped_layout(targets, modules, boundaries, unsafe, repeats, own_ends)
+        layout = stamped_layout(targets, modules, boundaries, unsafe, repeats, own_ends, barriers)
     if layout is None:
         repeats = None
-        layout = flat_layout(targets, modules, boundaries, unsafe, max_cuts)
+        layout = flat_layout(targets, modules, boundaries, unsafe, max_cuts, barriers)
     starts = [0] + [c + 1 for c in layout.cuts]
     ends = list(layout.cuts) + [len(targets) - 1]
     unsafe_blocks = tuple(any(t in unsafe for t in targets[s:e + 1]) for s, e in zip(starts, ends))

@@ -93,6 +93,7 @@ class TrialRunner:
         return {
             **self.graph.describe(),
             "unsafe_op_types": sorted(self.backend.unsafe_op_types()),
+            "unfusable_op_types": sorted(self.backend.unfusable_op_types()),
             "fallback_candidates": self.backend.fallback_candidates(self.graph),
             "options": [
                 {"name": o.name, "choices": list(o.choices), "default": o.default,

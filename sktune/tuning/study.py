@@ -41,6 +41,7 @@ def space_from_description(description: dict[str, Any], stamp: bool = True) -> S
         [OptionDomain(o["name"], tuple(o["choices"]), o["default"], o.get("exact_choice"))
          for o in description["options"]],
         span_us=profile.get("span_us"), stamp=stamp,
+        barriers=frozenset(description.get("unfusable_op_types") or ()),
     )
 
 
@@ -209,7 +210,7 @@ def records(study: optuna.Study) -> list[TrialRecord]:
             number=t.number, state=t.state.name, feasible=feasible,
             ratio=timing.get("ratio"), ratio_ci=tuple(timing["ratio_ci"]) if timing else None,
             baseline_s=timing.get("baseline_s"), candidate_s=timing.get("candidate_s"),
-            plan=t.user_attrs.get("plan"), anchor=t.user_attrs.get(ANCHOR_ATTR), failure=t.user_attrs.get("failure"),
+            plan=t.user_attrs.get("plan"), anchor=t.user_attrs.get(ANCHOR_ATTR), failure=t.user_attrs.get("failure") or t.user_attrs.get("skipped") or t.user_attrs.get("pruned"),
         ))
     return out
 

@@ -83,7 +83,7 @@ def make_objective(space: SearchSpace, worker: SupervisedWorker, backend: Backen
         anchor = trial.user_attrs.get(studies.ANCHOR_ATTR)
         hopeless = None if anchor else exactness.hopeless(plan, targets, space.exact_options)
         if hopeless:  # known not to be bitwise: not worth a compile
-            trial.set_user_attr("skipped", hopeless)
+            trial.set_user_attr("skipped", f"skipped: {hopeless}")
             raise optuna.TrialPruned(hopeless)
         started = time.perf_counter()
         result = worker.request("run", {"plan": plan.to_json(), "n_batches": chunks[0]}, settings.trial_timeout)
@@ -118,9 +118,11 @@ def make_objective(space: SearchSpace, worker: SupervisedWorker, backend: Backen
         for chunk in steps:
             trial.report(timing["ratio_ci"][0], step=done)
             if not anchor and trial.should_prune():
+                reason = f"pruned: slower than the best exact trial after {done} batch pairs"
                 trial.set_user_attr("timing", timing)
                 trial.set_user_attr("measure_s", measure_s)
-                raise optuna.TrialPruned(f"slower than the best exact trial after {done} batch pairs")
+                trial.set_user_attr("pruned", reason)
+                raise optuna.TrialPruned(reason)
             more = worker.request("more", {"n_batches": chunk}, settings.trial_timeout)
             if isinstance(more, WorkerFailure):
                 trial.set_user_attr("failure", more.reason)

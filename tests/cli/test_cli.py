@@ -22,6 +22,19 @@ def test_inspect_json_contract(test_models: Path) -> None:
     assert {"index", "name", "target", "module", "source"} <= set(data["ops"][0])
     assert [op["index"] for op in data["ops"]] == list(range(len(data["ops"])))
     assert all(0 <= b < len(data["ops"]) - 1 for b in data["boundaries"])
+    assert data["repeated_units"] is None
+
+
+def test_inspect_finds_the_repeated_layers_of_the_decoder_stack() -> None:
+    stack = Path(__file__).resolve().parents[2] / "studies" / "decoder_stack.py"
+    result = sktune("inspect", str(stack), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert len(data["ops"]) >= 1000
+    units = data["repeated_units"]["units"]
+    assert data["repeated_units"]["container"] == "layers" and len(units) == 8
+    assert len({last - first for first, last in units}) == 1
+    assert all(op["module"].startswith("layers.3") for op in data["ops"][units[3][0]:units[3][1] + 1])
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     data = json.loads(summary_path.read_text())
     assert SUMMARY_KEYS <= set(data)
     assert data["study"] == "e2e" and data["backend"] == "inductor" and data["input_sets"] == 3
-    assert data["n_trials"] == 7 and data["n_complete"] + data["n_failed"] == 7
+    assert data["n_trials"] == 7 and data["n_complete"] + data["n_failed"] + data["n_pruned"] == 7
     assert data["verified_bitwise"] is True
     lo, hi = data["speedup_ci"]
     assert lo <= data["speedup"] <= hi

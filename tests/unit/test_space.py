@@ -110,3 +110,11 @@ def test_check_plan_rejects_illegal_cuts_and_out_of_range() -> None:
         check_plan(Plan.make([Scope(0, 6, "a")]), 12, BOUNDARIES)  # cut between chunk and getitem
     with pytest.raises(PlanError, match="graph has 12 ops"):
         check_plan(Plan.make([Scope(0, 12, "a")]), 12, BOUNDARIES)
+
+
+def test_cuts_also_go_next_to_ops_the_backend_never_fuses() -> None:
+    targets = ["add", "mul", "linear", "add", "mul", "sub", "linear", "mul", "add", "div"]
+    cuts = candidate_cuts(targets, [""] * 10, list(range(9)), frozenset(), max_cuts=4,
+                          barriers=frozenset({"linear"}))
+    assert cuts and all(targets[c] == "linear" or targets[c + 1] == "linear" for c in cuts)
+    assert candidate_cuts(targets, [""] * 10, list(range(9)), frozenset(), max_cuts=4) == []

@@ -1,0 +1,69 @@
+"""Smoke test of the search benchmark and the exactness probe on a tiny real model.
+
+Real compiles and measurements (small: a space of at most 12 plans, 2 batch pairs each);
+the figures themselves come from ``benchmarks/search_efficiency.py`` runs, not from here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sktune.bench.exhaustive import distinct_plans, measure_all, save, small_space
+from sktune.bench.replay import STRATEGIES, exhaustive_best, replay, summarize
+from sktune.tuning.probe import probe_exactness
+from sktune.tuning.runner import RunnerConfig, TrialRunner
+
+TINY = Path(__file__).resolve().parents[1] / "models" / "tiny_norm.py"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory: pytest.TempPathFactory) -> TrialRunner:
+    cache = tmp_path_factory.mktemp("probe") / "probe.json"
+    return TrialRunner(RunnerConfig(model_path=str(TINY), input_sets=2, probe_cache=str(cache)))
+
+
+def test_probe_finds_the_inexact_ops_and_answers_from_its_cache(runner: TrialRunner, tmp_path: Path) -> None:
+    found = runner.exactness
+    assert not found["mean"]["alone"] and not found["softmax"]["alone"]  # reordered reductions
+    assert found["sigmoid"]["alone"] and found["linear"]["alone"]
+    cached = Path(runner.config.probe_cache)
+    assert cached.is_file()
+
+    class Counting:  # a runner that may not compile anything: every answer must come from the cache
+        graph, backend = runner.graph, runner.backend
+
+        def mismatches(self, plan):  # noqa: ANN001, ANN201
+            raise AssertionError("probe compiled although its cache holds the answer")
+
+    assert probe_exactness(Counting(), cached, {}) == found
+
+
+def test_exhaustive_table_and_replay(runner: TrialRunner, tmp_path: Path) -> None:
+    description = runner.describe()
+    space, max_cuts = small_space(description, max_configs=12)
+    plans = distinct_plans(space)
+    assert 2 <= len(plans) <= 12
+    table = measure_all(runner, space, n_batches=2)
+    assert set(table) == set(plans)
+    assert any(m["bitwise"] for m in table.values()) and not all(m["bitwise"] for m in table.values())
+    path = tmp_path / "table.json"
+    save(path, str(TINY), description, max_cuts, table, (), 2)
+    data = json.loads(path.read_text())
+    best = exhaustive_best(data["measurements"])
+    runs = [replay(data, s, seed, max_trials=2 * len(plans)) for s in STRATEGIES for seed in range(2)]
+    for run in runs:
+        assert run.best_so_far == tuple(sorted(run.best_so_far, reverse=True))  # best never rises
+    result = summarize(runs, best)
+    assert set(result) == set(STRATEGIES)
+    assert all(row["seeds"] == 2 for row in result.values())
+
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "search_efficiency.py"), "replay", str(path),
+                          "--seeds", "2", "--max-trials", "20"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "sktune" in out.stdout and "random needs" in out.stdout
