@@ -104,8 +104,11 @@ def test_many_workers_one_study(tmp_path: Path, kind: str, request: pytest.Fixtu
         assert w.returncode == 0, err[-2000:]
     trials = finished(optuna_storage, "w")
     numbers = [t.number for t in trials]
-    assert len(trials) == 12 and sorted(numbers) == list(range(12)), numbers
-    pids = {t.user_attrs["worker"]["pid"] for t in trials}
+    assert sorted(numbers) == list(range(len(trials))), numbers  # no trial twice, none lost
+    # Plans the exactness probe calls hopeless are skipped without a compile and do not count.
+    measured = [t for t in trials if "skipped" not in t.user_attrs]
+    assert len(measured) == 12
+    pids = {t.user_attrs["worker"]["pid"] for t in measured}
     assert len(pids) == 3, "every worker ran trials"
     bests = {optuna.load_study(study_name="w", storage=optuna_storage).best_trial.number for _ in range(2)}
     assert len(bests) == 1
