@@ -167,7 +167,6 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
             )
         return False
     study.set_user_attr("fingerprint", fingerprint(description))
-    study.set_user_attr("space", space.signature())
     for key, value in settings.items():
         study.set_user_attr(key, value)
     study.set_user_attr("backend", description["environment"]["backend"])
@@ -182,6 +181,9 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
     study.set_user_attr("input_shapes", description["input_shapes"])
     for anchor, params in starting_points(space, description):
         study.enqueue_trial(params, user_attrs={ANCHOR_ATTR: anchor}, skip_if_exists=True)
+    # Last: workers starting together treat the study as prepared once "space" is there, so
+    # everything they check against must already be written (seen: "--input-sets None").
+    study.set_user_attr("space", space.signature())
     return True
 
 
