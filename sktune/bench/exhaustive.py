@@ -17,29 +17,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sktune.space.search_space import EAGER, FUSE, OptionDomain, SearchSpace, build_space
-from sktune.tuning.study import exactness_from_description
+from sktune.space.search_space import SearchSpace
+from sktune.tuning.study import space_from_description
 
 log = logging.getLogger(__name__)
 
 DEFAULT_OPTIONS: tuple[str, ...] = ()  # backend options searched too (each multiplies the plans)
 
 
-def param_domains(space: SearchSpace) -> dict[str, list[Any]]:
-    """Every parameter the space suggests and its choices (flat spaces: no own-pattern switches)."""
-    domains: dict[str, list[Any]] = {f"{p}.own": [False, True] for p in space.layout.variants}
-    for key in space.layout.block_keys:
-        domains.setdefault(key, [FUSE, EAGER])
-    for key in space.layout.cut_keys:
-        domains.setdefault(key, [False, True])
-    domains.update({f"fallback:{op}": [False, True] for op in space.fallbacks})
-    domains.update({o.name: list(o.choices) for o in space.options})
-    return domains
-
-
 def distinct_plans(space: SearchSpace) -> dict[str, dict[str, Any]]:
     """Plan (as canonical JSON) → one parameter set that decodes to it."""
-    domains = param_domains(space)
+    domains = space.domains()
     names = list(domains)
     plans: dict[str, dict[str, Any]] = {}
     for values in itertools.product(*(domains[n] for n in names)):
@@ -50,16 +38,7 @@ def distinct_plans(space: SearchSpace) -> dict[str, dict[str, Any]]:
 
 def space_for(description: dict[str, Any], max_cuts: int, options: Sequence[str] = DEFAULT_OPTIONS) -> SearchSpace:
     """sktune's (flat) space for ``description`` with at most ``max_cuts`` cuts and only ``options``."""
-    ops = description["ops"]
-    exactness = exactness_from_description(description)
-    unsafe = exactness.inexact if description.get("exactness") else frozenset(description["unsafe_op_types"])
-    domains = [OptionDomain(o["name"], tuple(o["choices"]), o["default"], o.get("exact_choice"))
-               for o in description["options"] if o["name"] in options]
-    profile = description.get("op_profile") or {}
-    return build_space([o["target"] for o in ops], [o["module"] for o in ops], description["boundaries"],
-                       unsafe, description["fallback_candidates"], domains, max_cuts=max_cuts,
-                       span_us=profile.get("span_us"), stamp=False,
-                       barriers=frozenset(description.get("unfusable_op_types") or ()))
+    return space_from_description(description, stamp=False, max_cuts=max_cuts, options=options)
 
 
 def small_space(description: dict[str, Any], max_configs: int = 256,
@@ -68,7 +47,7 @@ def small_space(description: dict[str, Any], max_configs: int = 256,
     for max_cuts in range(8, -1, -1):
         space = space_for(description, max_cuts, options)
         combinations = 1
-        for choices in param_domains(space).values():
+        for choices in space.domains().values():
             combinations *= len(choices)
         if combinations <= 1 << 16 and len(distinct_plans(space)) <= max_configs:
             return space, max_cuts

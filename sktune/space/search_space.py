@@ -76,22 +76,28 @@ class SearchSpace:
             return f"{SHARED}.{rest}"
         return key
 
-    def suggest(self, trial: SuggestsParams) -> Plan:
-        params: dict[str, Any] = {}
-        own = {p: trial.suggest_categorical(f"{p}.own", [False, True]) for p in self.layout.variants}
-        params.update({f"{p}.own": v for p, v in own.items()})
+    def domains(self) -> dict[str, list[Any]]:
+        """Every parameter the space may suggest, with its choices (own-pattern keys included)."""
+        domains: dict[str, list[Any]] = {f"{p}.own": [False, True] for p in self.layout.variants}
         for key in self.layout.block_keys:
-            name = self._resolve(key, own)
-            if name not in params:
-                params[name] = trial.suggest_categorical(name, [FUSE, EAGER])
+            domains.setdefault(key, [FUSE, EAGER])
         for key in self.layout.cut_keys:
-            name = self._resolve(key, own)
+            domains.setdefault(key, [False, True])
+        domains.update({f"fallback:{op}": [False, True] for op in self.fallbacks})
+        domains.update({o.name: list(o.choices) for o in self.options})
+        return domains
+
+    def suggest(self, trial: SuggestsParams) -> Plan:
+        """Suggest the parameters in ``domains`` order; a first/last unit's own keys only
+        when its ``.own`` switch is on, the shared ``rep.`` keys otherwise."""
+        domains = self.domains()
+        params: dict[str, Any] = {}
+        own = {p: trial.suggest_categorical(f"{p}.own", domains[f"{p}.own"]) for p in self.layout.variants}
+        params.update({f"{p}.own": v for p, v in own.items()})
+        for key in domains:
+            name = self._resolve(key, own) if not key.endswith(".own") else key
             if name not in params:
-                params[name] = trial.suggest_categorical(name, [False, True])
-        for op in self.fallbacks:
-            params[f"fallback:{op}"] = trial.suggest_categorical(f"fallback:{op}", [False, True])
-        for o in self.options:
-            params[o.name] = trial.suggest_categorical(o.name, list(o.choices))
+                params[name] = trial.suggest_categorical(name, domains[key])  # a variant has its shared key's choices
         return self.decode(params)
 
     def decode(self, params: dict[str, Any]) -> Plan:

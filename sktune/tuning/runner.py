@@ -153,14 +153,16 @@ class TrialRunner:
         timing, _ = self._measure(int(request["n_batches"]))
         return {"timing": timing, "measure_s": time.perf_counter() - started}
 
+    def _time_batches(self, candidate: Any, n_batches: int) -> tuple[list[float], list[float], dict[str, Any]]:
+        """``n_batches`` interleaved pairs of the baseline and ``candidate`` on input set 0."""
+        args0 = self.args[0]
+        return self.backend.time_batches(lambda: self.reference_fn(*args0), lambda: candidate(*args0),
+                                         n_batches=n_batches, batch_target_s=self.config.batch_target_s)
+
     def _measure(self, n_batches: int) -> tuple[dict[str, Any], dict[str, Any]]:
         assert self._current is not None
         candidate, base, cand = self._current
-        args0 = self.args[0]
-        b, c, observed = self.backend.time_batches(
-            lambda: self.reference_fn(*args0), lambda: candidate(*args0),
-            n_batches=n_batches, batch_target_s=self.config.batch_target_s,
-        )
+        b, c, observed = self._time_batches(candidate, n_batches)
         base += b
         cand += c
         return paired_timing(base, cand).to_json(), observed
@@ -170,16 +172,12 @@ class TrialRunner:
         over the same stretch of time, so a quiet or busy minute favours none of them."""
         compiled = [self.backend.compile(self.graph, Plan.from_json(p)) for p in request["plans"]]
         rounds, per_round = int(request.get("rounds", 6)), int(request.get("n_batches", 5))
-        args0 = self.args[0]
         samples: list[tuple[list[float], list[float]]] = [([], []) for _ in compiled]
         for r in range(rounds):
             order = list(range(len(compiled)))
             order = order[r % len(order):] + order[:r % len(order)]  # nobody always goes first
             for k in order:
-                b, c, _ = self.backend.time_batches(
-                    lambda: self.reference_fn(*args0), lambda fn=compiled[k]: fn(*args0),
-                    n_batches=per_round, batch_target_s=self.config.batch_target_s,
-                )
+                b, c, _ = self._time_batches(compiled[k], per_round)
                 samples[k][0].extend(b)
                 samples[k][1].extend(c)
         return {"timings": [paired_timing(b, c).to_json() for b, c in samples]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import optuna
 from sktune.errors import SktuneError
 from sktune.space.plan import Plan
 from sktune.space.exactness import Exactness
+from sktune.space.layout import MAX_CUTS
 from sktune.space.search_space import OptionDomain, SearchSpace, build_space, unique_by_plan
 from sktune.space.seeds import profile_seeds
 from sktune.tuning.budget import ANCHOR_ATTR, ClearlyWorsePruner
@@ -28,9 +30,14 @@ def exactness_from_description(description: dict[str, Any]) -> Exactness:
     return Exactness.from_probe(description.get("exactness") or {})
 
 
-def space_from_description(description: dict[str, Any], stamp: bool = True) -> SearchSpace:
+def space_from_description(description: dict[str, Any], stamp: bool = True, max_cuts: int = MAX_CUTS,
+                           options: Sequence[str] | None = None) -> SearchSpace:
     """The search space; with probe answers, the probe's inexact op types replace the
-    backend's static list of unsafe ones (the cuts go around what really breaks)."""
+    backend's static list of unsafe ones (the cuts go around what really breaks).
+
+    ``max_cuts`` (flat layouts) and ``options`` (names to keep; None: all) narrow it, as the
+    search benchmark does to measure every plan.
+    """
     ops = description["ops"]
     exactness = exactness_from_description(description)
     unsafe = exactness.inexact if description.get("exactness") else frozenset(description["unsafe_op_types"])
@@ -39,8 +46,8 @@ def space_from_description(description: dict[str, Any], stamp: bool = True) -> S
         [o["target"] for o in ops], [o["module"] for o in ops], description["boundaries"],
         unsafe, description["fallback_candidates"],
         [OptionDomain(o["name"], tuple(o["choices"]), o["default"], o.get("exact_choice"))
-         for o in description["options"]],
-        span_us=profile.get("span_us"), stamp=stamp,
+         for o in description["options"] if options is None or o["name"] in options],
+        max_cuts=max_cuts, span_us=profile.get("span_us"), stamp=stamp,
         barriers=frozenset(description.get("unfusable_op_types") or ()),
     )
 
