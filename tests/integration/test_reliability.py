@@ -36,12 +36,25 @@ def wait_for_complete(storage: str, name: str, n: int, timeout: float = 240) -> 
     raise AssertionError(f"fewer than {n} complete trials after {timeout} s")
 
 
+def wait_for_running(storage: str, name: str, after_complete: int, timeout: float = 240) -> None:
+    """Until ``after_complete`` trials are complete and one is RUNNING (a trial takes well under
+    a second now that regions come from the compile cache: a coarse poll can land between trials)."""
+    wait_for_complete(storage, name, after_complete, timeout)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        if any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no RUNNING trial after {timeout} s")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
 def test_interrupted_run_resumes_without_losing_trials(tmp_path: Path, sig: signal.Signals) -> None:
     storage = f"sqlite:///{tmp_path}/s.db"
     args = [str(MODELS / "tiny_norm.py"), "--backend", "inductor", "--storage", storage, "--study", "s"]
     run = start([*args, "--trials", "40"], tmp_path)
-    wait_for_complete(storage, "s", 2)
+    wait_for_running(storage, "s", 2)
     run.send_signal(sig)
     out, err = run.communicate(timeout=60)
     complete_before = {t.number for t in finished(storage, "s") if t.state == optuna.trial.TrialState.COMPLETE}
