@@ -19,3 +19,11 @@ def studies_dir() -> Path:
 @pytest.fixture
 def test_models() -> Path:
     return TEST_MODELS
+
+
+@pytest.fixture(scope="session")
+def npu_emulator():
+    """The emulated Ascend (tests/npu_emulator) imported into this process as ``torch_npu``."""
+    from tests.emulated_npu import load_emulator
+
+    return load_emulator()

@@ -1,0 +1,85 @@
+"""An EMULATED Ascend NPU for sktune's tests: a pure-Python ``torch_npu`` on the CPU.
+
+This is NOT a claim about real NPUs. No NPU was used to write it; every time, profile
+row and fusion result it produces is emulated by the deterministic model below, written
+from docs/superkernel.md and docs/npu_api.md. It exists so that
+``PYTHONPATH=tests/npu_emulator sktune run model.py --backend npu`` runs unchanged.
+
+Surface: ``__version__`` (``$TORCH_NPU_EMULATOR_VERSION``, default 2.14.0; below 2.11.0
+the old SuperKernel key set applies); ``SKTUNE_NPU_DEVICE`` defaults to ``cpu`` (tensors
+stay on the CPU); ``torch.npu`` (= ``torch_npu.npu``); the marker ops
+``npu::super_kernel_scope_begin/end``; the ``npugraph_ex`` (and ``npugraphs``) backend;
+``torch_npu.profiler``.
+
+Behaviour model
+- Kernels: each aten op of the post-AOT graph is one task, except view/alias ops and the
+  markers. Ops map to Ascend op types (mm/addmm -> MatMulV2 on AI_CORE; mul -> Mul,
+  _to_copy -> Cast, ... on AI_VECTOR_CORE). AI_CPU class: sort, topk, nonzero, unique*,
+  multinomial, randperm. Gather class (reads scalars from global memory): gather, index,
+  index_select, embedding, take, index_add, scatter, scatter_add. Wait-like:
+  ``_c10d_functional.wait_tensor`` (a ValueWait node).
+- Op time: 2.0 µs head + (input + output bytes) / 200e3 B/µs + matmul flops (2MNK) /
+  50e6 flop/µs. 5.0 µs launch gap between tasks; 50 µs host gap between profiler steps.
+- Reference (super_kernel_optimize False): every task separate. Markers in a run launch
+  tiny kernels (sk_scope_kernel_begin, sk_placeholder_kernel, sk_scope_kernel_end)
+  unless their range became a SuperKernel.
+- SuperKernel on: mark set = scope names open around an op (pairing: an end closes the
+  first open begin of its name). A None mark wins (never fused); if any named scope
+  exists, unmarked ops are not fused; with only None marks or none at all, unmarked ops
+  form one group (scope label ``auto``, a guess). Ops with the same mark set form a
+  group, named after the innermost (latest opened) scope. A group becomes one SuperKernel
+  per contiguous run of its kernels (views and markers do not break a run). Unfusible
+  ops end the run and run alone: AI_CPU ops (task_breaker_bypass=1: dropped from the
+  scope, run alone after the SuperKernel, the run continues) and wait-like ops (unless
+  value_breaker_bypass != 0). A one-kernel run is still a SuperKernel. A named scope
+  holding no kernel makes none (OP_UNSUPPORT "empty scope"). More than 64 distinct names:
+  later ones are not fused (EXCEED_SCOPE_MAX). Names are cut to 255 UTF-8 bytes;
+  ``default_sk_scope_name`` means None.
+- SuperKernel task: ``sk_<scope>_start_<FirstType>_end_<LastType>_<n>`` (n counts the
+  scope's SuperKernels from 0), type SuperKernel, core MIX_AIC with a matmul else
+  MIX_AIV; time = 4.0 µs + sum of sub-op times, minus 1.0 µs per sub-op after the first
+  with early_start=1, plus 0.4 µs per data-cache flush, plus 1.0 µs per sub-op boundary
+  with debug_sync_all, plus 0.2 µs per sub-op with debug_op_exec_trace.
+- Flushes per sub-op (patterns match ``te_<OpType>_<hash>`` or the kernel name; only
+  ``.`` and ``x*``, whole name): one for each of dcci_before_kernel_start /
+  dcci_after_kernel_end that matches; else none if dcci_disable_on_kernel matches; else
+  one (the default flush after each sub-op) if any dcci key was given at all; with no dcci
+  key (sktune's ``none``) no flush. preload_code, split_mode, stream_fusion,
+  constant_codegen, opt_extend, ubuf_lock_ignore_kernel change nothing; auto_op_parallel
+  matters only with several streams and every emulated graph is single-stream.
+- Faults: a gather-class sub-op with no flush reads stale scalars (element 0 of its
+  output: lowest mantissa bit flipped, integers +1). A SuperKernel holding a wait-like op
+  (value_breaker_bypass != 0) hangs at the first forward, after writing a per-core plog
+  under $ASCEND_PROCESS_LOG_PATH/debug/plog/ when debug_op_exec_trace=1.
+- Options: unknown top-level key -> ValueError at compile; the SuperKernel dicts are
+  checked at the first forward (unknown key / wrong type -> RuntimeError); out-of-range
+  ints are clamped to the default with a warning; the effective options go to
+  ``<ASCEND_WORK_PATH or cwd>/sk_meta/sk_options.json`` (plus the fail-reason and
+  fused-node logs). Static-kernel cache: keyed by op hashes, SuperKernel on/off and the
+  determinism flag, not by the option map, so a later compile of the same ops reuses the
+  first one's options (unless disable_static_kernel_compile_cache=True).
+- Profiler: active steps record every emulated run on a virtual clock starting at
+  1736413971000000.000 µs; kernel_details.csv and step_trace_time.csv are written in the
+  real files' formats.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+__version__ = os.environ.get("TORCH_NPU_EMULATOR_VERSION", "2.14.0")
+EMULATED = True
+
+os.environ.setdefault("SKTUNE_NPU_DEVICE", "cpu")
+
+from torch_npu import _backend, _ops, npu, profiler  # noqa: E402
+
+_ops.register()
+_backend.register()
+torch.npu = npu  # type: ignore[attr-defined]
+sys.modules.setdefault("torch.npu", npu)
+
+__all__ = ["EMULATED", "__version__", "npu", "profiler"]

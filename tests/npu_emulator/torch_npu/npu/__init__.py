@@ -1,0 +1,49 @@
+"""``torch.npu`` of the emulator: one always-available device; tensors stay on the CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DEVICE_NAME = "Ascend910B (emulated)"
+
+
+def is_available() -> bool:
+    return True
+
+
+def device_count() -> int:
+    return 1
+
+
+def current_device() -> int:
+    return 0
+
+
+def set_device(device: Any) -> None:
+    """Accepted and ignored: there is one emulated device."""
+
+
+def synchronize(device: Any = None) -> None:
+    """Nothing to wait for: the emulated device runs synchronously on the CPU."""
+
+
+def get_device_name(device: Any = None) -> str:
+    return DEVICE_NAME
+
+
+def super_kernel_scope_begin(scope_name: str | None = None) -> None:
+    """Open a SuperKernel scope (None: never fuse the ops inside)."""
+    if scope_name is None:
+        torch.ops.npu.super_kernel_scope_begin()
+    else:
+        torch.ops.npu.super_kernel_scope_begin(scope_name)
+
+
+def super_kernel_scope_end(scope_name: str | None = None) -> None:
+    """Close the first open scope of that name."""
+    if scope_name is None:
+        torch.ops.npu.super_kernel_scope_end()
+    else:
+        torch.ops.npu.super_kernel_scope_end(scope_name)
