@@ -5,7 +5,9 @@ Rules every backend keeps:
   (``OpGraph.args_for``) and returning the flat outputs, exactly as ``graph.gm`` does.
   It fuses exactly ``grouping.regions(len(graph.ops), plan.scopes)``.
 - ``reference(graph)`` is the unfused run that candidates must reproduce bit for bit.
-- ``option_space(graph)`` lists only options that can matter on this device.
+- ``option_space(graph)`` lists only options that can matter on this device; a plan's
+  options are exactly these (plus ``fallback_option`` where the backend has fallbacks):
+  one backend's options never reach another.
 - Compiling must not leak global state into the next compile (same plan, same result).
 """
 
@@ -42,6 +44,9 @@ class Backend(ABC):
     """Applies plans with one real compiler. See the module docstring for the rules."""
 
     name: str = ""
+    fallback_option: str | None = None  # plan option listing op types run as precompiled kernels
+    unmarked_plans: bool = False  # a plan without scopes means "the compiler decides", not "fuse all"
+    anchor_set: str = "compiler"  # which anchors to enqueue: "compiler" (fuse-all variants) or "superkernel"
 
     def __init__(self, profile_kernels: bool = False) -> None:
         # Compile so that the profiler can name each generated kernel (may cost a recompile).
@@ -105,6 +110,13 @@ class Backend(ABC):
     def diagnostic_plan(self, plan: Plan) -> Plan | None:
         """A variant of ``plan`` that explains a hang when rerun, or None."""
         return None
+
+    def capabilities(self) -> dict[str, Any]:
+        """What the search needs to know about this backend, as plain JSON (crosses the pipe)."""
+        return {"fallback_option": self.fallback_option, "unmarked_plans": self.unmarked_plans,
+                "anchor_set": self.anchor_set, "emulated": self.emulated}
+
+    emulated: bool = False  # the device is a software stand-in: its times are not device figures
 
     def reference(self, graph: OpGraph) -> CompiledModel:
         """The unfused run; by default the captured graph executed eagerly."""

@@ -141,6 +141,7 @@ class _Region:
 
 
 class InductorBackend(Backend):
+    fallback_option = FALLBACK_OPTION
     name = "inductor"
     probes_exactness = True
 

@@ -487,12 +487,18 @@ DCCI_STRATEGY = "dcci_strategy"
 _OP_TYPE = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def search_options(op_types: Sequence[str]) -> list[OptionSpec]:
-    """The SuperKernel option space for a graph holding ``op_types`` (Ascend op types)."""
-    specs = [_SPECS[(OPTIMIZE, n)] for n in ("early_start", "auto_op_parallel")]
-    specs += [_SPECS[(OPTIMIZE, f"{_AGG}.{n}")] for n in ("task_breaker_bypass", "value_breaker_bypass")]
+def search_options(op_types: Sequence[str], key_set: KeySet = FULL_KEY_SET) -> list[OptionSpec]:
+    """The SuperKernel option space for a graph holding ``op_types`` (Ascend op types),
+    limited to the keys ``key_set`` accepts: the old key set has none of the searched ones,
+    so there only the scopes are searched."""
+    optimize = key_set.keys(OPTIMIZE)
+    specs = [_SPECS[(OPTIMIZE, n)] for n in ("early_start", "auto_op_parallel") if n in optimize]
+    if _AGG in optimize:
+        specs += [_SPECS[(OPTIMIZE, f"{_AGG}.{n}")] for n in ("task_breaker_bypass", "value_breaker_bypass")]
     out = [OptionSpec(s.name, tuple(range(s.low or 0, (s.high or 0) + 1)), s.default, s.may_change_results,
                       s.doc, s.default) for s in specs]
+    if not {"dcci_after_kernel_end", "dcci_disable_on_kernel"} <= optimize:
+        return out
     seen: dict[str, None] = {}
     for t in op_types:
         if not _OP_TYPE.fullmatch(t):
@@ -500,9 +506,11 @@ def search_options(op_types: Sequence[str]) -> list[OptionSpec]:
                   "(a '.' would match any character)")
         seen[t] = None
     choices = ("safe", "none", *(f"disable:{t}" for t in seen))
-    out.append(OptionSpec(DCCI_STRATEGY, choices, "safe", True,
-                             "safe: dcci_after_kernel_end=['.*']; none: runtime default; disable:T: "
-                             "dcci_disable_on_kernel=['.*T.*'] (can corrupt results silently)", "safe"))
+    # Default "none": what the runtime does when no dcci key is given. "safe" is the value
+    # known to keep results (exact_choice), as the field reports say.
+    out.append(OptionSpec(DCCI_STRATEGY, choices, "none", True,
+                          "safe: dcci_after_kernel_end=['.*']; none: runtime default; disable:T: "
+                          "dcci_disable_on_kernel=['.*T.*'] (can corrupt results silently)", "safe"))
     return out
 
 

@@ -4,7 +4,9 @@ The op list is cut into *blocks* at candidate boundaries (``space/layout.py``). 
 block is fused or left eager; adjacent fused blocks share one scope unless the cut
 between them is on. One parameter may decide many blocks: in a graph of repeated
 units, ``rep.block:3`` decides block 3 of every unit (stamping). Backend options and
-per-op-type fallbacks are parameters too.
+per-op-type fallbacks are parameters too, where the backend has them: a plan's options
+are the backend's own (``fallback_option`` is None for a backend without fallbacks), and
+every decoded plan is checked against the declared domains before it leaves this module.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sktune.errors import PlanError
 from sktune.graph.structure import Repeats, differing_ends, find_repeats
 from sktune.space.layout import MAX_CUTS, Layout, flat_layout, stamped_layout
 from sktune.space.plan import Plan, Scope
 
 FUSE, EAGER = "fuse", "eager"
 FALLBACK_OPTION = "fallback_ops"
+NO_SCOPES = "no_scopes"  # no markers at all: the compiler picks what to fuse (npu's default)
 SHARED = "rep"  # key prefix of the pattern shared by all repeated units
 
 
@@ -46,6 +50,9 @@ class SearchSpace:
     fallbacks: tuple[str, ...]  # op types that may run as precompiled kernels inside regions
     options: tuple[OptionDomain, ...]
     repeats: Repeats | None = None
+    fallback_option: str | None = FALLBACK_OPTION  # the plan option naming fallbacks; None: none
+    unmarked_choice: bool = False  # "no scopes" differs from "one scope over everything" (npu)
+    kernelless: tuple[bool, ...] = ()  # op i launches no kernel (a view, a no-op cast): never a scope alone
 
     @property
     def cuts(self) -> tuple[int, ...]:
@@ -78,7 +85,8 @@ class SearchSpace:
 
     def domains(self) -> dict[str, list[Any]]:
         """Every parameter the space may suggest, with its choices (own-pattern keys included)."""
-        domains: dict[str, list[Any]] = {f"{p}.own": [False, True] for p in self.layout.variants}
+        domains: dict[str, list[Any]] = {NO_SCOPES: [False, True]} if self.unmarked_choice else {}
+        domains.update({f"{p}.own": [False, True] for p in self.layout.variants})
         for key in self.layout.block_keys:
             domains.setdefault(key, [FUSE, EAGER])
         for key in self.layout.cut_keys:
@@ -95,7 +103,7 @@ class SearchSpace:
         own = {p: trial.suggest_categorical(f"{p}.own", domains[f"{p}.own"]) for p in self.layout.variants}
         params.update({f"{p}.own": v for p, v in own.items()})
         for key in domains:
-            name = self._resolve(key, own) if not key.endswith(".own") else key
+            name = self._resolve(key, own) if not key.endswith(".own") and key != NO_SCOPES else key
             if name not in params:
                 params[name] = trial.suggest_categorical(name, domains[key])  # a variant has its shared key's choices
         return self.decode(params)
@@ -116,11 +124,40 @@ class SearchSpace:
                 run_start = first
         if run_start is not None:
             scopes.append(Scope(run_start, blocks[-1][1], f"sk{len(scopes)}"))
+        scopes = self._without_empty(scopes)
         if not scopes:  # nothing fused: say so explicitly, or "no scopes" would mean fuse all
             scopes = [Scope(0, self.n_ops - 1, None)]
+        if self.unmarked_choice and params.get(NO_SCOPES):
+            scopes = []
         options: dict[str, Any] = {o.name: params[o.name] for o in self.options}
-        options[FALLBACK_OPTION] = sorted(op for op in self.fallbacks if params[f"fallback:{op}"])
-        return Plan.make(scopes, options)
+        if self.fallback_option is not None:
+            options[self.fallback_option] = sorted(op for op in self.fallbacks if params[f"fallback:{op}"])
+        plan = Plan.make(scopes, options)
+        self.check_options(plan)
+        return plan
+
+    def _without_empty(self, scopes: list[Scope]) -> list[Scope]:
+        """Named scopes minus those whose every op launches no kernel: after tracing such a
+        scope holds nothing (its begin directly meets its end), an empty fusion."""
+        if not self.kernelless:
+            return scopes
+        kept = [s for s in scopes if not all(self.kernelless[s.first_op:s.last_op + 1])]
+        return [Scope(s.first_op, s.last_op, f"sk{k}") for k, s in enumerate(kept)]
+
+    def check_options(self, plan: Plan) -> None:
+        """Refuse a plan whose options are not this backend's declared ones (key or value)."""
+        domains = {o.name: o.choices for o in self.options}
+        for key, value in plan.option_dict.items():
+            if key == self.fallback_option and self.fallback_option is not None:
+                unknown = sorted(set(value) - set(self.fallbacks))
+                if unknown:
+                    raise PlanError(f"plan falls back on {unknown}, not among the backend's fallbacks "
+                                    f"{list(self.fallbacks)}")
+            elif key not in domains:
+                raise PlanError(f"plan option {key!r} is not in the backend's option space "
+                                f"({', '.join(sorted(domains)) or 'no options'})")
+            elif value not in domains[key]:
+                raise PlanError(f"plan option {key}={value!r} is outside its domain {list(domains[key])}")
 
     # -- anchors ----------------------------------------------------------------
     def params_for(self, fuse: Sequence[bool], *, split_all: bool = False, split: Sequence[bool] | None = None,
@@ -129,7 +166,8 @@ class SearchSpace:
 
         ``split`` gives every cut's value (default: all ``split_all``); own patterns off.
         """
-        params: dict[str, Any] = {f"{p}.own": False for p in self.layout.variants}
+        params: dict[str, Any] = {NO_SCOPES: False} if self.unmarked_choice else {}
+        params.update({f"{p}.own": False for p in self.layout.variants})
         own: dict[str, bool] = {}
         for key, f in zip(self.layout.block_keys, fuse):
             params.setdefault(self._resolve(key, own), FUSE if f else EAGER)
@@ -182,12 +220,16 @@ def build_space(
     targets: Sequence[str], modules: Sequence[str], boundaries: Sequence[int], unsafe: frozenset[str],
     fallbacks: Sequence[str], options: Sequence[OptionDomain], max_cuts: int = MAX_CUTS,
     span_us: Sequence[float] | None = None, stamp: bool = True, barriers: frozenset[str] = frozenset(),
+    fallback_option: str | None = FALLBACK_OPTION, unmarked_choice: bool = False,
+    kernelless: Sequence[bool] = (),
 ) -> SearchSpace:
     """The space for one graph: stamped over repeated units when there are any.
 
     ``span_us`` (the baseline's per-op times) lets the first / last unit have a pattern of
     their own when they take measurably longer or shorter than the others.
     """
+    if fallback_option is None:
+        fallbacks = ()  # a backend without fallbacks gets no fallback parameters
     repeats = find_repeats(targets, modules) if stamp else None
     layout = None
     if repeats is not None:
@@ -201,4 +243,5 @@ def build_space(
     starts = [0] + [c + 1 for c in layout.cuts]
     ends = list(layout.cuts) + [len(targets) - 1]
     unsafe_blocks = tuple(any(t in unsafe for t in targets[s:e + 1]) for s, e in zip(starts, ends))
-    return SearchSpace(len(targets), layout, unsafe_blocks, tuple(fallbacks), tuple(options), repeats)
+    return SearchSpace(len(targets), layout, unsafe_blocks, tuple(fallbacks), tuple(options), repeats,
+                       fallback_option, unmarked_choice, tuple(kernelless))

@@ -15,6 +15,7 @@ import torch
 
 from sktune.backends import get_backend
 from sktune.errors import ModelFileError, NondeterministicModelError
+from sktune.graph.aliasing import kernelless_ops
 from sktune.graph.capture import capture
 from sktune.graph.grouping import group_ops, regions
 from sktune.load import build, draw_inputs, load_model_file
@@ -78,6 +79,7 @@ class TrialRunner:
         self.startup_s["reference"] = time.perf_counter() - clock
         clock = time.perf_counter()
         self.op_profile = profile_ops(self.graph.gm, self.args[0])
+        self.kernelless = kernelless_ops(self.graph.gm, self.args[0])
         self.startup_s["op_profile"] = time.perf_counter() - clock
         clock = time.perf_counter()
         self.exactness: dict[str, Any] = {}
@@ -95,6 +97,8 @@ class TrialRunner:
             "unsafe_op_types": sorted(self.backend.unsafe_op_types()),
             "unfusable_op_types": sorted(self.backend.unfusable_op_types()),
             "fallback_candidates": self.backend.fallback_candidates(self.graph),
+            "capabilities": self.backend.capabilities(),
+            "kernelless": list(self.kernelless),
             "options": [
                 {"name": o.name, "choices": list(o.choices), "default": o.default,
                  "may_change_numerics": o.may_change_numerics, "exact_choice": o.exact_choice}

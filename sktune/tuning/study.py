@@ -16,7 +16,8 @@ from sktune.errors import SktuneError
 from sktune.space.plan import Plan
 from sktune.space.exactness import Exactness
 from sktune.space.layout import MAX_CUTS
-from sktune.space.search_space import OptionDomain, SearchSpace, build_space, unique_by_plan
+from sktune.space.search_space import FALLBACK_OPTION, OptionDomain, SearchSpace, build_space, unique_by_plan
+from sktune.space.ascend_anchors import superkernel_anchors
 from sktune.space.seeds import profile_seeds
 from sktune.tuning.budget import ANCHOR_ATTR, ClearlyWorsePruner
 from sktune.tuning.storage import fail_orphaned_trials, journal_path, make_storage, mask_url
@@ -42,6 +43,7 @@ def space_from_description(description: dict[str, Any], stamp: bool = True, max_
     exactness = exactness_from_description(description)
     unsafe = exactness.inexact if description.get("exactness") else frozenset(description["unsafe_op_types"])
     profile = description.get("op_profile") or {}
+    capabilities = description.get("capabilities") or {}
     return build_space(
         [o["target"] for o in ops], [o["module"] for o in ops], description["boundaries"],
         unsafe, description["fallback_candidates"],
@@ -49,13 +51,20 @@ def space_from_description(description: dict[str, Any], stamp: bool = True, max_
          for o in description["options"] if options is None or o["name"] in options],
         max_cuts=max_cuts, span_us=profile.get("span_us"), stamp=stamp,
         barriers=frozenset(description.get("unfusable_op_types") or ()),
+        fallback_option=capabilities.get("fallback_option", FALLBACK_OPTION),
+        unmarked_choice=bool(capabilities.get("unmarked_plans")),
+        kernelless=description.get("kernelless") or (),
     )
 
 
 def starting_points(space: SearchSpace, description: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Anchors, then profile-guided seeds, each plan once."""
     seen: set[Plan] = set()
-    anchors = unique_by_plan(space, space.anchors(), seen)
+    if (description.get("capabilities") or {}).get("anchor_set") == "superkernel":
+        named = superkernel_anchors(space, [o["module"] for o in description["ops"]])
+    else:
+        named = space.anchors()
+    anchors = unique_by_plan(space, named, seen)
     profile = description.get("op_profile") or {}
     seeds = profile_seeds(space, [o["target"] for o in description["ops"]], profile.get("span_us") or [],
                           profile.get("gap_us") or [], exactness_from_description(description))

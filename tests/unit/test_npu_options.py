@@ -327,7 +327,7 @@ def test_search_space_domains():
     assert (tb.choices, tb.may_change_numerics, vb.choices, vb.may_change_numerics) == ((0, 1), True, (0, 1, 2, 3), True)
     dcci = specs["dcci_strategy"]
     assert dcci.choices == ("safe", "none", "disable:GroupedMatmul", "disable:MatMulV2")
-    assert dcci.may_change_numerics and dcci.default == dcci.exact_choice == "safe"
+    assert dcci.may_change_numerics and dcci.default == "none" and dcci.exact_choice == "safe"
     assert isinstance(dcci, OptionSpec)
     assert {s.name for s in search_options([])} >= {"dcci_strategy"}
     assert search_options([])[-1].choices == ("safe", "none")

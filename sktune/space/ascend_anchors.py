@@ -1,0 +1,72 @@
+"""The SuperKernel placements real Ascend users run, as anchor parameter sets.
+
+Enqueued first on the npu backend, so every study says how its best plan compares with
+what a user would have written by hand (see docs/superkernel.md, "Marking scopes", and
+the placements of public Ascend serving stacks):
+
+- ``no-scopes``: SuperKernel on, no markers: CANN picks the fusible ops itself;
+- ``full-model``: one scope around the whole captured model, alone and with
+  ``dcci_after_kernel_end=[".*"]`` (a serving stack's whole-model capture scope);
+- ``scope-per-layer``: one scope per repeated layer;
+- ``scope-per-mlp``: one scope around each MLP / MoE block (older serving placements).
+
+All run with the runtime's default options except where the name says otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from sktune.space.search_space import NO_SCOPES, SearchSpace
+
+Anchor = tuple[str, dict[str, Any]]
+_MLP = re.compile(r"(^|[._])(mlp|moe|experts?|ffn|feed_?forward|dispatch|combine)(\d*)($|[._])", re.IGNORECASE)
+
+
+def _defaults(space: SearchSpace) -> dict[str, Any]:
+    """Every option at the runtime's default (what a user gets without setting it)."""
+    return {o.name: o.default for o in space.options}
+
+
+def mlp_instance(module: str) -> str | None:
+    """``layers.3.mlp`` for ``layers.3.mlp.up_proj``; None outside any MLP/MoE module."""
+    match = _MLP.search(module)
+    return module[:match.end(3)] if match else None
+
+
+def superkernel_anchors(space: SearchSpace, modules: Sequence[str]) -> list[Anchor]:
+    """Named anchors in the order to enqueue them (the caller drops duplicate plans)."""
+    n = len(space.blocks)
+    defaults = _defaults(space)
+    everything, nothing = [True] * n, [False] * n
+    anchors: list[Anchor] = [("unfused", space.params_for(nothing, **defaults))]
+    if space.unmarked_choice:
+        anchors.append(("no-scopes", {**space.params_for(everything, **defaults), NO_SCOPES: True}))
+    anchors.append(("full-model", space.params_for(everything, **defaults)))
+    if "dcci_strategy" in defaults:
+        anchors.append(("full-model+dcci_after_kernel_end",
+                        space.params_for(everything, **{**defaults, "dcci_strategy": "safe"})))
+    if space.repeats is not None:
+        edges = [not key.startswith(("rep.cut", "first.cut", "last.cut", "pre.cut", "post.cut"))
+                 for key in space.layout.cut_keys]
+        anchors.append(("scope-per-layer", space.params_for(everything, split=edges, **defaults)))
+    per_mlp = _per_mlp(space, modules)
+    if per_mlp is not None:
+        fuse, split = per_mlp
+        anchors.append(("scope-per-mlp", space.params_for(fuse, split=split, **defaults)))
+    return anchors
+
+
+def _per_mlp(space: SearchSpace, modules: Sequence[str]) -> tuple[list[bool], list[bool]] | None:
+    """Fuse the blocks made wholly of one MLP/MoE module; cut between two instances."""
+    owners: list[str | None] = []
+    for first, last in space.blocks:
+        found = {mlp_instance(m) for m in modules[first:last + 1]}
+        owners.append(found.pop() if len(found) == 1 else None)
+    if not any(owners):
+        return None
+    fuse = [o is not None for o in owners]
+    split = [a != b for a, b in zip(owners, owners[1:])]
+    return fuse, split
