@@ -1,23 +1,36 @@
 """The ``npu`` backend: Ascend SuperKernel through torch.compile's ``npugraph_ex``.
 
 Written against the torch-npu API as documented in docs/npu_api.md (read from the
-torch-npu wheels). No Ascend NPU is reachable from this project's machines: the wiring is
-tested on CPU with a narrow double (tests/backends/npu_double.py); nothing here has been
-timed on an NPU by this project.
+torch-npu wheels). No Ascend NPU is reachable from this project's machines: the whole path
+is tested on CPU through an emulated Ascend (tests/npu_emulator, never installed); nothing
+here has been timed on an NPU by this project.
 
 A plan is applied without touching the user's source: the captured FX graph gets
 ``torch.ops.npu.super_kernel_scope_begin/end`` nodes at the scopes' edges and is handed to
 the ``npugraph_ex`` backend with SuperKernel options. The reference is the same capture
 with ``super_kernel_optimize=False``.
+
+Two field facts shape every trial (README, "Running on Ascend"):
+- torchair's static-kernel cache key leaves out the SuperKernel option map, so a sweep
+  could time a kernel package built under other options: trials compile with
+  ``disable_static_kernel_compile_cache=True``.
+- CANN clamps an out-of-range option to its default and dumps the options it really used
+  to ``sk_meta/sk_options.json`` under its work path: each compile gets its own work path
+  (``ASCEND_WORK_PATH``), and a trial whose effective options differ fails with both shown.
+
+One seam for machines without an NPU: ``SKTUNE_NPU_DEVICE`` (default ``npu``) is the
+device the model and its inputs are placed on; the emulated Ascend of the tests sets it
+to ``cpu``.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +38,8 @@ import torch
 from sktune.backends._base import Backend, CompiledModel, OptionSpec
 from sktune.backends.npu_options import (
     FULL_KEY_SET,
+    OPTIMIZE,
+    NpuOptionError,
     KeySet,
     check_torch_npu_version,
     optimize_options_from_params,
@@ -67,24 +82,34 @@ def _npugraph_ex() -> Callable[..., Any]:
         raise SktuneError("torch.compile backend 'npugraph_ex' is not registered; is torch_npu imported?") from exc
 
 
+DEVICE_ENV = "SKTUNE_NPU_DEVICE"  # where tensors go; "npu" unless an emulated Ascend says otherwise
+EFFECTIVE_OPTIONS = Path("sk_meta") / "sk_options.json"  # under the work path (a guess: see README)
+FAIL_REASONS = Path("sk_meta") / "sk_fusion_fail_reasons.log"
+
+
 class NpuBackend(Backend):
     name = "npu"
-    device = "npu"
     default_bisect_runs = 6  # no data dump under SuperKernel: bisection is how to find the culprit
+    unmarked_plans = True  # no markers: CANN picks the fusible ops itself
+    anchor_set = "superkernel"
 
     def __init__(self, profile_kernels: bool = False, torch_npu_version_: str | None = None) -> None:
         super().__init__(profile_kernels)
         self.torch_npu_version = torch_npu_version_ or torch_npu_version()
         self.key_set: KeySet = check_torch_npu_version(self.torch_npu_version)
+        self.device = os.environ.get(DEVICE_ENV, "npu")
+        self.emulated = "emulat" in self._device_name().lower()
         self.kernel_types: tuple[str, ...] = ()  # Ascend op types seen in the baseline profile
         self.profile_root = Path(".sktune/npu-profiles")  # relative to the run's working directory
-        self._profiles = 0
+        self.meta_root = Path(".sktune/npu-meta")  # one CANN work path per compile
+        self.last_meta_dir: Path | None = None  # of the candidate that ran last for the first time
+        self._profiles = self._compiles = 0
 
     # -- what can be tuned -------------------------------------------------------
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
         # dcci lists match kernel symbol names, i.e. Ascend op types, not PyTorch op names:
         # per-type strategies come from the baseline profile (observe).
-        return search_options(self.kernel_types)
+        return search_options(self.kernel_types, self.key_set)
 
     def unsafe_op_types(self) -> frozenset[str]:
         # SuperKernel calls the same precompiled kernels; results change through options
@@ -95,14 +120,20 @@ class NpuBackend(Backend):
         return []  # every op in a SuperKernel already is its precompiled kernel
 
     # -- applying a plan -----------------------------------------------------------
-    def compile_options(self, plan: Plan) -> dict[str, Any]:
-        """The exact ``options=`` for ``torch.compile(..., backend="npugraph_ex")``, validated."""
+    def compile_options(self, plan: Plan, fresh_static_kernels: bool = False) -> dict[str, Any]:
+        """The exact ``options=`` for ``torch.compile(..., backend="npugraph_ex")``, validated.
+
+        ``fresh_static_kernels``: rebuild the static kernels instead of reusing a package
+        cached under other SuperKernel options (the cache key leaves the option map out).
+        """
         params = {k: v for k, v in plan.option_dict.items() if k != DEBUG_OPTIONS}
         options: dict[str, Any] = {
             "super_kernel_optimize": True,
             "static_kernel_compile": True,  # SuperKernel needs static kernels
             "super_kernel_optimize_options": optimize_options_from_params(params),
         }
+        if fresh_static_kernels:
+            options["disable_static_kernel_compile_cache"] = True
         debug = plan.option_dict.get(DEBUG_OPTIONS)
         if debug:
             options[DEBUG_OPTIONS] = dict(debug)
@@ -117,16 +148,23 @@ class NpuBackend(Backend):
         return insert_scope_markers(copy.deepcopy(graph.gm), plan.scopes, begin, end)
 
     def compile(self, graph: OpGraph, plan: Plan) -> CompiledModel:
-        options = self.compile_options(plan)  # validate everything before a minutes-long compile
+        # Validate everything before a minutes-long compile.
+        options = self.compile_options(plan, fresh_static_kernels=True)
         marked = self.marked_graph(graph, plan)
-        return _npugraph_ex()(marked, list(graph.flat_args), options=options)
+        self._compiles += 1
+        meta_dir = self.meta_root / f"{os.getpid()}-{self._compiles:04d}"
+        compiled = _npugraph_ex()(marked, list(graph.flat_args), options=options)
+        return _CheckedFirstRun(compiled, options.get(OPTIMIZE) or {}, meta_dir, self)
 
     def reference(self, graph: OpGraph) -> CompiledModel:
         options = {"super_kernel_optimize": False, "static_kernel_compile": True}
         return _npugraph_ex()(copy.deepcopy(graph.gm), list(graph.flat_args), options=options)
 
     def diagnostic_plan(self, plan: Plan) -> Plan | None:
-        """The plan rerun after a hang: per-core op progress lands in the device log."""
+        """The plan rerun after a hang: per-core op progress lands in the device log
+        (the old key set has no ``debug_op_exec_trace``: no rerun there)."""
+        if "debug_op_exec_trace" not in self.key_set.keys(DEBUG_OPTIONS):
+            return None
         options = {**plan.option_dict, DEBUG_OPTIONS: {"debug_op_exec_trace": 1}}
         return Plan.make(plan.scopes, options)
 
@@ -134,14 +172,16 @@ class NpuBackend(Backend):
     def synchronize(self) -> None:
         torch.npu.synchronize()  # type: ignore[attr-defined]
 
-    def environment(self) -> dict[str, str]:
-        name = ""
+    @staticmethod
+    def _device_name() -> str:
         try:
-            name = str(torch.npu.get_device_name())  # type: ignore[attr-defined]
+            return str(torch.npu.get_device_name())  # type: ignore[attr-defined]
         except Exception:
-            pass
-        return {"torch": torch.__version__, "torch_npu": self.torch_npu_version, "device": name,
-                "key_set": "full" if self.key_set is FULL_KEY_SET else "legacy"}
+            return ""
+
+    def environment(self) -> dict[str, str]:
+        return {"torch": torch.__version__, "torch_npu": self.torch_npu_version, "device": self._device_name(),
+                "key_set": self.key_set.name, "emulated": str(self.emulated).lower()}
 
     def observe(self, reference: Callable[[], object]) -> None:
         """Profile the baseline once to learn the Ascend op types (for dcci strategies)."""
@@ -165,8 +205,15 @@ class NpuBackend(Backend):
         base = [per_step[i] * 1e-6 for i in range(0, len(per_step), 2)]
         cand = [per_step[i] * 1e-6 for i in range(1, len(per_step), 2)]
         return base, cand, {"superkernels": summary["superkernels"],
-                                           "fusion_fail_reasons": summary["fusion_fail_reasons"],
-                                           "profile_dir": summary["profile_dir"]}
+                            "fusion_fail_reasons": summary["fusion_fail_reasons"] + self._fail_reasons(),
+                            "profile_dir": summary["profile_dir"]}
+
+    def _fail_reasons(self) -> list[dict[str, Any]]:
+        """Why scopes of the last candidate did not fuse, from its CANN work path."""
+        from sktune.measure.ascend_profile import read_fusion_fail_reasons
+
+        log_file = self.last_meta_dir / FAIL_REASONS if self.last_meta_dir is not None else None
+        return read_fusion_fail_reasons(log_file) if log_file is not None and log_file.is_file() else []
 
     def _profile(self, fns: list[Callable[[], object]], with_steps: bool = False) -> Any:
         """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output."""
@@ -200,3 +247,46 @@ class NpuBackend(Backend):
         if len(spans) != len(fns):
             raise SktuneError(f"the NPU profile has {len(spans)} steps, expected {len(fns)}")
         return summary, spans
+
+
+class _CheckedFirstRun:
+    """The compiled model; its first call (where npugraph_ex builds the SuperKernels) runs
+    with its own CANN work path, and then checks the options CANN says it really used."""
+
+    def __init__(self, fn: CompiledModel, requested: dict[str, Any], meta_dir: Path, backend: NpuBackend) -> None:
+        self.fn, self.requested, self.meta_dir, self.backend = fn, requested, meta_dir, backend
+        self.checked = False
+
+    def __call__(self, *args: Any) -> Any:
+        if self.checked:
+            return self.fn(*args)
+        self.meta_dir.mkdir(parents=True, exist_ok=True)
+        os.environ["ASCEND_WORK_PATH"] = str(self.meta_dir.resolve())
+        out = self.fn(*args)
+        self.checked = True
+        self.backend.last_meta_dir = self.meta_dir
+        check_effective_options(self.requested, self.meta_dir / EFFECTIVE_OPTIONS)
+        return out
+
+
+def check_effective_options(requested: dict[str, Any], dumped: Path) -> None:
+    """Fail when CANN used other SuperKernel options than requested (clamped to a default,
+    or a stale static-kernel package); silent when CANN wrote no dump."""
+    if not dumped.is_file():
+        return
+    try:
+        used = json.loads(dumped.read_text()).get(OPTIMIZE) or {}
+    except (OSError, ValueError, AttributeError) as exc:
+        raise NpuOptionError(f"cannot read the options CANN used ({dumped}): {exc}") from exc
+    differ = []
+    for key, want in requested.items():
+        have = used.get(key)
+        if isinstance(want, dict) and isinstance(have, dict):
+            differ += [f"{key}.{k}: requested {v!r}, used {have.get(k)!r}" for k, v in want.items() if have.get(k) != v]
+        elif have != want:
+            differ.append(f"{key}: requested {want!r}, used {have!r}")
+    if differ:
+        raise NpuOptionError(
+            "CANN ran other SuperKernel options than requested (" + "; ".join(differ) + f"; from {dumped}): "
+            "an out-of-range value is clamped to its default, and a cached static-kernel package keeps "
+            "the options it was built with")

@@ -1,25 +1,27 @@
-"""The npu backend's wiring on CPU, through the narrow double (tests/backends/npu_double.py).
+"""The npu backend's wiring on CPU, through the emulated Ascend (tests/npu_emulator).
 
-This checks which markers go where and which options reach npugraph_ex; it says nothing
-about speed on an NPU."""
+This checks which markers go where, which options reach npugraph_ex and what the backend
+does with what CANN reports back; it says nothing about speed on an NPU."""
 
 from __future__ import annotations
 
+import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from torch import fx
 
-sys.path.insert(0, str(Path(__file__).parent))
-import npu_double  # noqa: E402
-
-from sktune.backends.npu import NpuBackend  # noqa: E402
-from sktune.backends.npu_options import NpuOptionError, NpuVersionError  # noqa: E402
-from sktune.errors import PlanError, SktuneError  # noqa: E402
-from sktune.graph.capture import capture  # noqa: E402
-from sktune.load import build, draw_inputs, load_model_file  # noqa: E402
-from sktune.space.plan import Plan, Scope  # noqa: E402
+from sktune.backends import npu as npu_module
+from sktune.backends.npu import NpuBackend
+from sktune.backends.npu_options import NpuOptionError, NpuVersionError
+from sktune.errors import PlanError, SktuneError
+from sktune.graph.capture import capture
+from sktune.load import build, draw_inputs, load_model_file
+from sktune.space.plan import Plan, Scope
 
 MODELS = Path(__file__).parent.parent / "models"
 SAFE = {"early_start": 1, "auto_op_parallel": 0, "aggressive_opt_strategies.task_breaker_bypass": 0,
@@ -36,14 +38,29 @@ def chain():
     return graph, graph.args_for(inputs)
 
 
-@pytest.fixture
-def stand_in():
-    return npu_double.install()
+@dataclass
+class Recorder:
+    """Records what reaches the emulated npugraph_ex (options, marked graph), then compiles."""
+
+    compiles: list[tuple[fx.GraphModule, dict[str, Any]]] = field(default_factory=list)
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: list, options: dict | None = None) -> Any:
+        from torch._dynamo import lookup_backend
+
+        self.compiles.append((gm, dict(options or {})))
+        return lookup_backend("npugraph_ex")(gm, example_inputs, options=options)
 
 
 @pytest.fixture
-def backend():
-    npu_double.register_marker_ops()
+def stand_in(npu_emulator, monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(npu_module, "_npugraph_ex", lambda: recorder)
+    return recorder
+
+
+@pytest.fixture
+def backend(npu_emulator, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # CANN work paths and profiles land here
     return NpuBackend(torch_npu_version_="2.14.0")
 
 
@@ -51,8 +68,21 @@ def op_name(graph, i: int) -> str:
     return graph.ops[i].name
 
 
+def markers_in(gm: fx.GraphModule) -> list[tuple[str, str | None, str]]:
+    """(kind, scope name, name of the next/previous op) for every marker node, in order."""
+    out = []
+    nodes = list(gm.graph.nodes)
+    for i, node in enumerate(nodes):
+        target = str(node.target)
+        if "super_kernel_scope_" in target:
+            kind = "begin" if target.endswith("begin") else "end"
+            neighbour = nodes[i + 1] if kind == "begin" else nodes[i - 1]
+            out.append((kind, node.args[0] if node.args else None, neighbour.name))
+    return out
+
+
 def markers(backend, graph, scopes):
-    return npu_double.markers_in(backend.marked_graph(graph, Plan.make(scopes, SAFE)))
+    return markers_in(backend.marked_graph(graph, Plan.make(scopes, SAFE)))
 
 
 def test_seed_case_1_partial_overlap(chain, backend) -> None:
@@ -89,40 +119,66 @@ def test_repeated_names(chain, backend) -> None:
         markers(backend, graph, [Scope(0, 4, "layer"), Scope(3, 6, "layer")])
 
 
-def test_options_reach_npugraph_ex_exactly_and_markers_run(chain, backend, stand_in) -> None:
+def test_options_reach_npugraph_ex_exactly_and_superkernels_form(chain, backend, stand_in) -> None:
     graph, args = chain
     params = {**SAFE, "aggressive_opt_strategies.value_breaker_bypass": 1, "dcci_strategy": "disable:MatMulV2"}
     compiled = backend.compile(graph, Plan.make([Scope(0, 4, "a"), Scope(5, 9, "b")], params))
-    (record,) = stand_in.compiles
-    assert record.options == {
+    ((gm, options),) = stand_in.compiles
+    assert options == {
         "super_kernel_optimize": True,
         "static_kernel_compile": True,
+        "disable_static_kernel_compile_cache": True,  # the cache key leaves the option map out
         "super_kernel_optimize_options": {
             "early_start": 1, "auto_op_parallel": 0,
             "aggressive_opt_strategies": {"task_breaker_bypass": 0, "value_breaker_bypass": 1},
             "dcci_disable_on_kernel": [".*MatMulV2.*"],
         },
     }
-    npu_double.CALLS.clear()
     (out,) = compiled(*args)
-    assert npu_double.CALLS == [("begin", "a"), ("end", "a"), ("begin", "b"), ("end", "b")]
+    assert [scope for scope, _ in compiled.fn.superkernels] == ["a", "b"]
     (expected,) = graph.gm(*args)
     assert torch.equal(out, expected)
+    # The first forward ran under its own CANN work path, where the effective options landed.
+    used = json.loads((backend.last_meta_dir / "sk_meta" / "sk_options.json").read_text())
+    assert used["super_kernel_optimize_options"]["early_start"] == 1
 
 
 def test_reference_is_same_capture_without_superkernel(chain, backend, stand_in) -> None:
-    graph, _ = chain
-    backend.reference(graph)
-    (record,) = stand_in.compiles
-    assert record.options == {"super_kernel_optimize": False, "static_kernel_compile": True}
-    assert npu_double.markers_in(record.gm) == []
+    graph, args = chain
+    reference = backend.reference(graph)
+    ((gm, options),) = stand_in.compiles
+    assert options == {"super_kernel_optimize": False, "static_kernel_compile": True}
+    assert markers_in(gm) == []
+    assert reference.superkernels == []
+    assert torch.equal(reference(*args)[0], graph.gm(*args)[0])
+
+
+def test_effective_options_that_differ_fail_the_trial(chain, backend, stand_in, npu_emulator) -> None:
+    """A stale static-kernel package (cache key without the option map) would time other
+    options: sktune disables the cache, and checks what CANN says it used anyway."""
+    from sktune.backends.npu import check_effective_options
+
+    graph, args = chain
+    plan = Plan.make([Scope(0, 9, "all")], SAFE)
+    for early_start in (1, 0):  # the emulator's cache would hand the second compile early_start=1
+        compiled = backend.compile(graph, Plan.make(plan.scopes, {**SAFE, "early_start": early_start}))
+        compiled(*args)
+        assert compiled.fn.effective_options["early_start"] == early_start
+    # What the check does when CANN reports other options (clamped, or a stale package).
+    dump = backend.last_meta_dir / "sk_meta" / "sk_options.json"
+    dump.write_text(json.dumps({"super_kernel_optimize_options": {"early_start": 0, "dcci_after_kernel_end": [".*"]}}))
+    with pytest.raises(NpuOptionError, match=r"early_start: requested 1, used 0"):
+        check_effective_options({"early_start": 1, "dcci_after_kernel_end": [".*"]}, dump)
+    check_effective_options({"early_start": 0}, dump)
 
 
 def test_debug_options_and_diagnostic_plan(chain, backend, stand_in) -> None:
     graph, _ = chain
     plan = backend.diagnostic_plan(Plan.make([Scope(0, 9, "all")], SAFE))
     backend.compile(graph, plan)
-    assert stand_in.compiles[-1].options["super_kernel_debug_options"] == {"debug_op_exec_trace": 1}
+    assert stand_in.compiles[-1][1]["super_kernel_debug_options"] == {"debug_op_exec_trace": 1}
+    legacy = NpuBackend(torch_npu_version_="2.10.0")  # old key set: no debug_op_exec_trace to rerun with
+    assert legacy.diagnostic_plan(plan) is None
 
 
 @pytest.mark.parametrize(
@@ -157,9 +213,10 @@ def test_version_gating() -> None:
     assert NpuBackend(torch_npu_version_="2.11.0").key_set.missing == ()
 
 
-def test_without_torch_npu_one_clear_message() -> None:
+def test_without_torch_npu_one_clear_message(monkeypatch) -> None:
     from sktune.backends import get_backend
 
+    monkeypatch.setitem(sys.modules, "torch_npu", None)  # as on a host without torch-npu
     with pytest.raises(SktuneError, match="needs torch-npu"):
         get_backend("npu")
 
