@@ -127,8 +127,11 @@ def _print_summary(data: dict[str, Any]) -> None:
         return f"{seconds * 1e6:,.1f}" if seconds else "—"
 
     # Each row is timed against the unfused baseline in the same run (interleaved).
-    table = Table("plan", "step µs", "unfused µs", "speedup [95% CI]", "bitwise",
-                  title=f"study {data['study']} (each row timed against unfused in the same run)")
+    emulated = " (emulated)" if data.get("emulated") else ""
+    title = f"study {data['study']} (each row timed against unfused in the same run)"
+    if emulated:
+        title += "\nEMULATED Ascend: times come from the emulator's model, not from an NPU"
+    table = Table("plan", f"step µs{emulated}", f"unfused µs{emulated}", "speedup [95% CI]", "bitwise", title=title)
     table.add_row("unfused", us(data["baseline_s"]), us(data["baseline_s"]), "1.00×", "reference")
     fuse_all = data.get("fuse_all")
     if fuse_all:
@@ -156,6 +159,11 @@ def _print_summary(data: dict[str, Any]) -> None:
         f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed); "
         f"verified on {data['input_sets']} input sets; {data['threads']} thread(s)"
     )
+    beaten = [a for a in data.get("anchors") or [] if a["best_speedup_over"] and a["anchor"] != "unfused"]
+    if beaten and data.get("best_trial") is not None:
+        console.print("best vs the starting points" + emulated + ": " + "; ".join(
+            f"{a['anchor']} {a['best_speedup_over']:.2f}×" + ("" if a["bitwise"] else " (not bitwise)")
+            for a in beaten))
     if data.get("stopped_early"):
         stop = data["stopped_early"]
         console.print(f"stopped after trial #{stop['after_trial']}: {stop['patience']} trials in a row "

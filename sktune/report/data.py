@@ -63,6 +63,29 @@ def comparison(summary: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["plan", "trial", "time_s", "ratio", "ratio_lo", "ratio_hi", "verified"])
 
 
+def anchors(summary: dict[str, Any]) -> pd.DataFrame:
+    """Every measured starting point and how many times faster the best exact plan is."""
+    rows = [{"anchor": a["anchor"], "trial": a["trial"], "ratio": a["ratio"],
+             "bitwise": "yes" if a["bitwise"] else "no", "best_speedup_over": a["best_speedup_over"]}
+            for a in summary.get("anchors") or []]
+    return pd.DataFrame(rows, columns=["anchor", "trial", "ratio", "bitwise", "best_speedup_over"])
+
+
+def fusion_fail_reasons(study: optuna.Study) -> pd.DataFrame:
+    """Scopes or ops the backend could not fuse, grouped by its reason (npu: CANN's names)."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        for item in (t.user_attrs.get("observed") or {}).get("fusion_fail_reasons") or []:
+            rows.append({"reason": item.get("reason") or "(no reason given)", "op": item.get("op") or "?",
+                         "trial": t.number})
+    frame = pd.DataFrame(rows, columns=["reason", "op", "trial"])
+    if frame.empty:
+        return pd.DataFrame(columns=["reason", "lines", "trials", "ops"])
+    grouped = frame.groupby("reason").agg(lines=("op", "size"), trials=("trial", "nunique"),
+                                          ops=("op", lambda ops: ", ".join(sorted(set(ops))[:8])))
+    return grouped.reset_index().sort_values(["lines", "reason"], ascending=[False, True], ignore_index=True)
+
+
 def verdict(summary: dict[str, Any]) -> str:
     """One line: what to do with this study's result."""
     if summary.get("best_trial") is None:

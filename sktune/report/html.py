@@ -112,7 +112,8 @@ def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
                      _cell(None, _interval(r.ratio_lo, r.ratio_hi)),
                      _cell(None, _num(1 / r.ratio, ".2f") + "×"),
                      _cell(r.verified, f'<span class="{cls}">{_e(r.verified)}</span>')])
-    comp_html = _table(["plan", "trial", "step µs", "time ratio", "ratio 95 % interval", "speedup",
+    emulated = " (emulated)" if summary.get("emulated") else ""
+    comp_html = _table(["plan", "trial", f"step µs{emulated}", "time ratio", "ratio 95 % interval", "speedup",
                         "bitwise verified"], rows) if rows else '<p class="note">No complete trial yet.</p>'
     counts = (f"{summary['n_trials']} trials: {summary['n_complete']} complete "
               f"({summary['n_infeasible']} not bitwise-exact), {summary['n_failed']} failed.")
@@ -122,7 +123,21 @@ def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
     return (f'<h2 id="summary">1. Summary</h2><p class="verdict">{_e(data.verdict(summary))}</p>'
             f"<p>{_e(counts)} {_e(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
             "the same run (&lt; 1 is faster); a gain is real only when its interval excludes 1.</p>"
-            f"{comp_html}<h3>Environment</h3>{env}")
+            f"{comp_html}{_anchors(summary)}<h3>Environment</h3>{env}")
+
+
+def _anchors(summary: dict[str, Any]) -> str:
+    frame = data.anchors(summary)
+    if frame.empty:
+        return ""
+    rows = [[_cell(r.anchor), _cell(r.trial), _cell(r.ratio, _num(r.ratio, ".3f")),
+             _cell(r.bitwise, f'<span class="{"ok" if r.bitwise == "yes" else "bad"}">{_e(r.bitwise)}</span>'),
+             _cell(r.best_speedup_over, _num(r.best_speedup_over, ".2f") + "×" if r.best_speedup_over else "—")]
+            for r in frame.itertuples()]
+    return ("<h3>The best plan against each starting point</h3><p>Anchors (the placements users write by hand) "
+            "and profile-guided seeds, each timed against unfused in its own run; the last column is how many "
+            "times faster the best exact plan is.</p>"
+            + _table(["starting point", "trial", "time ratio", "bitwise", "best is"], rows, sortable=True))
 
 
 def _fusion(study: optuna.Study, figs: _Figures) -> str:
@@ -139,7 +154,17 @@ def _fusion(study: optuna.Study, figs: _Figures) -> str:
     plan = study.trials[fm.trial].user_attrs.get("plan")
     text += f"<p>Plan: <code>{_e(data.plan_text(plan))}</code></p>"
     notes = "".join(f'<p class="note">{_e(n)}</p>' for n in fm.notes)
-    return head + text + figs.html(figures.fusion_map_figure(fm)) + notes
+    return head + text + figs.html(figures.fusion_map_figure(fm)) + notes + _fail_reasons(study)
+
+
+def _fail_reasons(study: optuna.Study) -> str:
+    frame = data.fusion_fail_reasons(study)
+    if frame.empty:
+        return ""
+    rows = [[_cell(r.reason), _cell(r.lines), _cell(r.trials), _cell(r.ops)] for r in frame.itertuples()]
+    return ("<h3>Scopes that did not fuse, by reason</h3><p>From the backend's fusion-fail log, over all trials "
+            "(a scope is a request, not a guarantee).</p>"
+            + _table(["reason", "log lines", "trials", "ops"], rows, sortable=True))
 
 
 def _time(study: optuna.Study, figs: _Figures) -> str:
@@ -173,7 +198,7 @@ def _search(study: optuna.Study, figs: _Figures) -> str:
     return out + figs.html(figures.parallel_figure(frame, ranked))
 
 
-def _trials(study: optuna.Study) -> str:
+def _trials(study: optuna.Study, emulated: bool = False) -> str:
     table = data.trials_table(study)
     rows = []
     for r in table.itertuples():
@@ -184,7 +209,7 @@ def _trials(study: optuna.Study) -> str:
                      _cell(r.ratio, _num(r.ratio, ".3f")), _cell(r.ratio_lo, _interval(r.ratio_lo, r.ratio_hi)),
                      _cell(r.bitwise, f'<span class="{bit}">{_e(r.bitwise)}</span>'), _cell(r.reason)])
     return ('<h2 id="trials">5. Trials</h2><p>Click a column header to sort.</p>'
-            + _table(["#", "state", "anchor", "step µs", "time ratio", "ratio 95 % interval", "bitwise",
+            + _table(["#", "state", "anchor", "step µs (emulated)" if emulated else "step µs", "time ratio", "ratio 95 % interval", "bitwise",
                       "failure / mismatch"], rows, sortable=True))
 
 
@@ -234,7 +259,7 @@ def render(study: optuna.Study) -> str:
     summary = make_summary(study)
     figs = _Figures()
     sections = [_summary(study, summary), _fusion(study, figs), _time(study, figs), _search(study, figs),
-                _trials(study), _failures(study)]
+                _trials(study, bool(summary.get("emulated"))), _failures(study)]
     title = f"sktune report: {study.study_name}"
     nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in (
         ("summary", "summary"), ("fusion", "fusion map"), ("time", "where time goes"), ("search", "search"),
@@ -242,7 +267,9 @@ def render(study: optuna.Study) -> str:
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
             f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
             f"<p>model <code>{_e(summary.get('model'))}</code>, backend <b>{_e(summary.get('backend'))}</b></p>"
-            f"<nav>{nav}</nav>{''.join(sections)}<script>{_SORT_JS}</script></body></html>")
+            + ('<p class="bad"><b>EMULATED Ascend</b>: every time in this report comes from the test emulator\'s '
+               "model of a device, not from an NPU.</p>" if summary.get("emulated") else "")
+            + f"<nav>{nav}</nav>{''.join(sections)}<script>{_SORT_JS}</script></body></html>")
 
 
 def write_report(study: optuna.Study, path: str | Path) -> Path:

@@ -231,9 +231,14 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     n_ops = len(study.user_attrs.get("ops", []))
     fuse_all = studies.anchor_record(study, "fuse-all")
     overheads = [t.user_attrs["overhead_s"] for t in study.get_trials(deepcopy=False) if "overhead_s" in t.user_attrs]
+    env = study.user_attrs.get("environment") or {}
+    emulated = env.get("emulated") == "true"
     out: dict[str, Any] = {
         "study": study.study_name,
         "backend": study.user_attrs.get("backend"),
+        # An emulated device's times come from its model, never from hardware: say so everywhere.
+        "device": "npu-emulator" if emulated else env.get("device") or "cpu",
+        "emulated": emulated,
         "model": study.user_attrs.get("model"),
         "n_ops": n_ops,
         "n_trials": len(recs),
@@ -272,8 +277,21 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         out["fuse_all"] = {"trial": fuse_all.number, "baseline_s": timing["baseline_s"],
                            "time_s": timing["candidate_s"], "ratio": timing["ratio"],
                            "ratio_ci": timing["ratio_ci"], "bitwise": fuse_all.feasible, "timing_source": source}
-        if out["best_s"] is not None and timing["ratio"] < 1:
+        if out["best_s"] is not None and timing["ratio"] < 1 and out["baseline_s"]:
             # Share of fuse-everything's gain that the best exact plan keeps (ratios: same-run baselines).
             best_ratio = out["best_s"] / out["baseline_s"]
             out["gain_kept"] = (1 - best_ratio) / (1 - timing["ratio"])
+    out["anchors"] = anchor_comparison(study, out["best_s"] / out["baseline_s"] if out["best_s"] else None)
+    return out
+
+
+def anchor_comparison(study: optuna.Study, best_ratio: float | None) -> list[dict[str, Any]]:
+    """Each measured starting point (anchor or seed) and how much faster the best plan is
+    (ratios to the unfused baseline of each one's own run, so they compare across runs)."""
+    out = []
+    for r in studies.records(study):
+        if r.anchor is None or r.state != "COMPLETE" or not r.ratio:
+            continue
+        out.append({"anchor": r.anchor, "trial": r.number, "ratio": r.ratio, "bitwise": r.feasible,
+                    "best_speedup_over": best_ratio and r.ratio / best_ratio})
     return out
