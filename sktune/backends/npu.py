@@ -185,7 +185,7 @@ class NpuBackend(Backend):
 
     def observe(self, reference: Callable[[], object]) -> None:
         """Profile the baseline once to learn the Ascend op types (for dcci strategies)."""
-        summary = self._profile([reference] * 3)
+        summary = self._profile([reference] * 3, top=10**6)  # every kernel type, not the heaviest few
         self.kernel_types = tuple(sorted({k["type"] for k in summary["top_kernels"]}))
 
     def profile_step(self, fn: Callable[[], object]) -> dict[str, Any]:
@@ -215,7 +215,7 @@ class NpuBackend(Backend):
         log_file = self.last_meta_dir / FAIL_REASONS if self.last_meta_dir is not None else None
         return read_fusion_fail_reasons(log_file) if log_file is not None and log_file.is_file() else []
 
-    def _profile(self, fns: list[Callable[[], object]], with_steps: bool = False) -> Any:
+    def _profile(self, fns: list[Callable[[], object]], with_steps: bool = False, top: int = 15) -> Any:
         """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output."""
         import torch_npu
 
@@ -239,7 +239,7 @@ class NpuBackend(Backend):
                 self.synchronize()
                 prof.step()
         # The profiler swallows its own errors: find_profile_files raises if nothing was written.
-        summary = summarize(find_profile_files(out)).to_json()
+        summary = summarize(find_profile_files(out), top=top).to_json()
         summary["profile_dir"] = str(out)
         if not with_steps:
             return summary

@@ -143,12 +143,13 @@ def fusion_map(study: optuna.Study) -> FusionMap:
     fallbacks = set(plan.option_dict.get("fallback_ops") or ())
     fusion = (study.trials[best.number].user_attrs.get("observed") or {}).get("fusion")
     rows = []
+    automatic = bool(fusion and fusion.get("automatic"))  # no scopes: the compiler chose
     for row in ("planned", "actual") if fusion else ("planned",):
         fused = set(fusion["fused"]) if fusion else set()
         for op in ops:
             i = op["index"]
             kind = "never" if i in never else "fused" if i in group_of else "unfused"
-            if row == "actual" and kind == "fused" and not fused & set(names[i]):
+            if row == "actual" and kind == "fused" and not automatic and not fused & set(names[i]):
                 kind = "unfused"
             rows.append({"row": row, "op": i, "name": op.get("name", ""), "target": op.get("target", ""),
                          "module": op.get("module", ""), "module_type": op.get("module_type", ""),
@@ -160,6 +161,9 @@ def fusion_map(study: optuna.Study) -> FusionMap:
         notes.append("planned but not fused by the backend: " + ", ".join(fusion["not_fused"]))
     if fusion and fusion.get("unexpected"):
         notes.append("fused without being planned: " + ", ".join(fusion["unexpected"]))
+    if automatic:
+        notes.append("no scopes: the backend chose what to fuse (SuperKernels of " + ", ".join(fusion["automatic"])
+                     + "); the lower row assumes it fused every op it could")
     return FusionMap(best.number, pd.DataFrame(rows, columns=_OP_COLUMNS), len(groups), bool(fusion), tuple(notes))
 
 

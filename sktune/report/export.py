@@ -152,6 +152,8 @@ def _npu_lines(study: optuna.Study, plan: Plan, literal: str, env: dict[str, Any
         _literal("OPTIONS", options),
         literal,
     ]
+    if not plan.scopes:  # no markers at all: SuperKernel picks what to fuse; nothing to edit
+        return lines + ["# The plan has no scopes: no source edit, only the tuned SuperKernel options.", compile_line]
     try:
         export_patch(study)
     except ExportError as exc:

@@ -244,9 +244,12 @@ class TrialRunner:
 
 
 def planned_vs_actual(plan: Plan, superkernels: list[dict[str, Any]]) -> dict[str, Any]:
-    """Which named scopes really became SuperKernels (a scope is a request, not a guarantee)."""
+    """Which named scopes really became SuperKernels (a scope is a request, not a guarantee).
+    A plan without scopes leaves the choice to the compiler: what it fused is ``automatic``."""
     planned = sorted({s.name for s in plan.scopes if s.name is not None})
     fused = sorted({k["scope"] for k in superkernels if k.get("scope")})
+    if not plan.scopes:
+        return {"planned": [], "fused": [], "not_fused": [], "unexpected": [], "automatic": fused}
     return {"planned": planned, "fused": [n for n in planned if n in fused],
             "not_fused": [n for n in planned if n not in fused], "unexpected": [n for n in fused if n not in planned]}
 

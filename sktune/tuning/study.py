@@ -258,8 +258,13 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
     return top[0] if top else None
 
 
+FUSE_EVERYTHING = ("fuse-all", "full-model")  # the fuse-everything anchor of each anchor set
+
+
 def anchor_record(study: optuna.Study, anchor: str) -> TrialRecord | None:
-    return next((r for r in records(study) if r.anchor == anchor and r.state == "COMPLETE"), None)
+    """The complete trial of a named anchor; ``fuse-all`` also finds npu's ``full-model``."""
+    names = FUSE_EVERYTHING if anchor in FUSE_EVERYTHING else (anchor,)
+    return next((r for r in records(study) if r.anchor in names and r.state == "COMPLETE"), None)
 
 
 def best_plan(study: optuna.Study) -> Plan | None:

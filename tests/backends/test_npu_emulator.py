@@ -243,7 +243,7 @@ def test_no_dcci_corrupts_a_gather_and_safe_dcci_does_not(npu: Any) -> None:
     expected = ref(*ref.flat_args)[0]
     none = compile_npu(with_embedding, inputs, **sk({}))
     bad = none(*none.flat_args)[0]
-    assert not torch.equal(bad, expected) and torch.allclose(bad, expected)
+    assert not torch.equal(bad, expected) and torch.allclose(bad, expected, rtol=0.2, atol=1.0)
     for optimize in (SAFE, {"dcci_before_kernel_start": [".*GatherV2.*"]}):
         ok = compile_npu(with_embedding, inputs, **sk(optimize))
         assert torch.equal(ok(*ok.flat_args)[0], expected)

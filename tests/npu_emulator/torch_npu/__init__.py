@@ -48,7 +48,7 @@ Behaviour model
   constant_codegen, opt_extend, ubuf_lock_ignore_kernel change nothing; auto_op_parallel
   matters only with several streams and every emulated graph is single-stream.
 - Faults: a gather-class sub-op with no flush reads stale scalars (element 0 of its
-  output: lowest mantissa bit flipped, integers +1). A SuperKernel holding a wait-like op
+  output: third-highest mantissa bit flipped, ~12 % off; integers +1). A SuperKernel holding a wait-like op
   (value_breaker_bypass != 0) hangs at the first forward, after writing a per-core plog
   under $ASCEND_PROCESS_LOG_PATH/debug/plog/ when debug_op_exec_trace=1.
 - Options: unknown top-level key -> ValueError at compile; the SuperKernel dicts are
