@@ -349,3 +349,16 @@ def test_dcci_strategies_build_valid_options():
         "aggressive_opt_strategies.value_breaker_bypass": 2, "dcci_strategy": "safe"}) == {
         "early_start": 1, "aggressive_opt_strategies": {"task_breaker_bypass": 1, "value_breaker_bypass": 2},
         "dcci_after_kernel_end": [".*"]}
+
+
+def test_search_space_follows_the_key_set():
+    """The old key set (e.g. 2.10.0.post2) accepts none of the searched keys: scopes only."""
+    from sktune.backends.npu_options import LEGACY_KEY_SET
+
+    legacy = check_torch_npu_version("2.10.0.post2")
+    assert legacy.name == "legacy" and search_options(["MatMulV2"], legacy) == []
+    assert search_options(["MatMulV2"], LEGACY_KEY_SET) == []
+    full = search_options(["MatMulV2"], check_torch_npu_version("2.14.0"))
+    assert {s.name for s in full} == {"early_start", "auto_op_parallel", "dcci_strategy",
+                                      "aggressive_opt_strategies.task_breaker_bypass",
+                                      "aggressive_opt_strategies.value_breaker_bypass"}

@@ -118,3 +118,42 @@ def test_cuts_also_go_next_to_ops_the_backend_never_fuses() -> None:
                           barriers=frozenset({"linear"}))
     assert cuts and all(targets[c] == "linear" or targets[c + 1] == "linear" for c in cuts)
     assert candidate_cuts(targets, [""] * 10, list(range(9)), frozenset(), max_cuts=4) == []
+
+
+def test_decoded_plans_carry_only_the_backends_options(space) -> None:
+    from sktune.errors import PlanError
+
+    assert "fallback_ops" in space.decode(space.params_for([True] * len(space.blocks))).option_dict
+    npu_like = build_space(TARGETS, MODULES, BOUNDARIES, frozenset(), ["mean"], OPTIONS, fallback_option=None)
+    plan = npu_like.decode(npu_like.params_for([True] * len(npu_like.blocks)))
+    assert "fallback_ops" not in plan.option_dict and npu_like.fallbacks == ()
+    assert not any(k.startswith("fallback:") for k in npu_like.domains())
+    with pytest.raises(PlanError, match="not in the backend's option space"):
+        npu_like.check_options(Plan.make([], {"fallback_ops": ["mean"]}))
+    with pytest.raises(PlanError, match="outside its domain"):
+        space.check_options(Plan.make([], {"max_fusion_size": 7, "fallback_ops": []}))
+    with pytest.raises(PlanError, match="not among the backend's fallbacks"):
+        space.check_options(Plan.make([], {"fallback_ops": ["gelu"]}))
+
+
+def test_no_scope_made_only_of_kernelless_ops() -> None:
+    # op 1 is a no-op cast (``.to(float32)`` of a float32 tensor): alone, an empty scope.
+    targets, modules, kernelless = ["mul", "to", "add", "mul"], ["a", "b", "c", "d"], [False, True, False, False]
+    space = build_space(targets, modules, [0, 1, 2], frozenset(), [], OPTIONS, kernelless=kernelless)
+    assert space.blocks == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    plan = space.decode(space.params_for([False, True, False, False]))
+    assert plan.scopes == (Scope(0, 3, None),), "nothing left to fuse: explicitly unfused"
+    split = space.decode(space.params_for([True] * 4, split_all=True))
+    assert split.scopes == (Scope(0, 0, "sk0"), Scope(2, 2, "sk1"), Scope(3, 3, "sk2"))
+    assert space.decode(space.params_for([True] * 4)).scopes == (Scope(0, 3, "sk0"),)
+
+
+def test_unmarked_choice_decodes_to_no_scopes() -> None:
+    from sktune.space.search_space import NO_SCOPES
+
+    space = build_space(TARGETS, MODULES, BOUNDARIES, frozenset(), [], OPTIONS, fallback_option=None,
+                        unmarked_choice=True)
+    assert list(space.domains())[0] == NO_SCOPES
+    params = space.params_for([False] * len(space.blocks))
+    assert space.decode({**params, NO_SCOPES: True}).scopes == ()
+    assert space.decode(params).scopes == (Scope(0, len(TARGETS) - 1, None),)
