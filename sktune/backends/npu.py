@@ -100,6 +100,7 @@ class NpuBackend(Backend):
         self.device = os.environ.get(DEVICE_ENV, "npu")
         self.emulated = "emulat" in self._device_name().lower()
         self.kernel_types: tuple[str, ...] = ()  # Ascend op types seen in the baseline profile
+        self.ran_ai_cpu = True  # until the baseline profile says otherwise
         self.profile_root = Path(".sktune/npu-profiles")  # relative to the run's working directory
         self.meta_root = Path(".sktune/npu-meta")  # one CANN work path per compile
         self.last_meta_dir: Path | None = None  # of the candidate that ran last for the first time
@@ -109,7 +110,9 @@ class NpuBackend(Backend):
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
         # dcci lists match kernel symbol names, i.e. Ascend op types, not PyTorch op names:
         # per-type strategies come from the baseline profile (observe).
-        return search_options(self.kernel_types, self.key_set)
+        specs = search_options(self.kernel_types, self.key_set)
+        # task_breaker_bypass only matters where an AI CPU op would end a SuperKernel.
+        return [s for s in specs if self.ran_ai_cpu or not s.name.endswith("task_breaker_bypass")]
 
     def unsafe_op_types(self) -> frozenset[str]:
         # SuperKernel calls the same precompiled kernels; results change through options
@@ -187,6 +190,7 @@ class NpuBackend(Backend):
         """Profile the baseline once to learn the Ascend op types (for dcci strategies)."""
         summary = self._profile([reference] * 3, top=10**6)  # every kernel type, not the heaviest few
         self.kernel_types = tuple(sorted({k["type"] for k in summary["top_kernels"]}))
+        self.ran_ai_cpu = any(core.upper() == "AI_CPU" for core in summary["by_core"])
 
     def profile_step(self, fn: Callable[[], object]) -> dict[str, Any]:
         summary = self._profile([fn] * 5)

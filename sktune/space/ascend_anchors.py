@@ -10,7 +10,11 @@ the placements of public Ascend serving stacks):
 - ``scope-per-layer``: one scope per repeated layer;
 - ``scope-per-mlp``: one scope around each MLP / MoE block (older serving placements).
 
-All run with the runtime's default options except where the name says otherwise.
+All run with the runtime's default options except where the name says otherwise. Then
+the same placements with the options that trade nothing for speed switched on
+(``+speed-options``: ``early_start``, ``auto_op_parallel``, and ``task_breaker_bypass``
+where the space has it, i.e. where an AI CPU op would end a SuperKernel): one joint guess
+instead of one option at a time.
 """
 
 from __future__ import annotations
@@ -56,7 +60,18 @@ def superkernel_anchors(space: SearchSpace, modules: Sequence[str]) -> list[Anch
     if per_mlp is not None:
         fuse, split = per_mlp
         anchors.append(("scope-per-mlp", space.params_for(fuse, split=split, **defaults)))
+    speed = {k: 1 for k in SPEED_OPTIONS if k in defaults}
+    if speed:
+        base = dict(anchors)
+        for name in ("no-scopes", "full-model+dcci_after_kernel_end"):
+            if name in base:
+                anchors.append((f"{name}+speed-options", {**base[name], **speed}))
     return anchors
+
+
+# Options that only change speed (docs/superkernel.md), plus the AI CPU bypass, which the
+# backend offers only when the baseline ran an AI CPU op.
+SPEED_OPTIONS = ("early_start", "auto_op_parallel", "aggressive_opt_strategies.task_breaker_bypass")
 
 
 def _per_mlp(space: SearchSpace, modules: Sequence[str]) -> tuple[list[bool], list[bool]] | None:

@@ -73,7 +73,11 @@ def test_npu_compiles_every_searched_plan(npu_emulator, tmp_path: Path, monkeypa
     plans = searched_plans(runner)
     origins = set(plans.values())
     assert {"no-scopes", "full-model", "full-model+dcci_after_kernel_end", "scope-per-layer",
-            "scope-per-mlp"} <= origins, origins
+            "scope-per-mlp", "no-scopes+speed-options"} <= origins, origins
+    speed = next(p for p, o in plans.items() if o == "no-scopes+speed-options")
+    assert speed.scopes == () and speed.option_dict["early_start"] == 1
+    # moe_block's router topk runs on the AI CPU: the bypass is searched, and tried at once.
+    assert speed.option_dict["aggressive_opt_strategies.task_breaker_bypass"] == 1
     # npu plans carry SuperKernel options only: Inductor's fallbacks never reach it.
     assert not any("fallback_ops" in p.option_dict for p in plans)
     assert any(p.option_dict["dcci_strategy"].startswith("disable:") for p in plans)
