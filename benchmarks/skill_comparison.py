@@ -54,15 +54,15 @@ class SkillProcedure:
 
     def run(self, params: dict[str, Any] | None, times: int) -> list[float]:
         """``times`` launches of a configuration (None: SuperKernel off), mean step µs each."""
-        backend = self.runner.backend
+        fn = self.runner.reference_fn if params is None else \
+            self.runner.backend.compile(self.runner.graph, self.space.decode(params))
+        return self._time(fn, times)
+
+    def _time(self, fn: Any, times: int) -> list[float]:
         args = self.runner.args[0]
-        if params is None:
-            fn = self.runner.reference_fn
-        else:
-            fn = backend.compile(self.runner.graph, self.space.decode(params))
         out = []
         for _ in range(times):
-            _, spans = backend._profile([lambda: fn(*args)] * STEPS_PER_RUN, with_steps=True)
+            _, spans = self.runner.backend._profile([lambda: fn(*args)] * STEPS_PER_RUN, with_steps=True)
             out.append(statistics.mean(spans))
             self.runs += 1
             self.steps += STEPS_PER_RUN
@@ -106,10 +106,10 @@ class SkillProcedure:
 
     def _run_disable_all(self, params: dict[str, Any], times: int) -> list[float]:
         from sktune.space.plan import Plan
+        from sktune.verify import compare_outputs, flatten_outputs
 
         plan = self.space.decode({**params, "dcci_strategy": "none"})
-        options = {**plan.option_dict}
-        backend, args = self.runner.backend, self.runner.args[0]
+        backend = self.runner.backend
         original = backend.compile_options
 
         def with_disable_all(p: Plan, fresh_static_kernels: bool = False) -> dict[str, Any]:
@@ -119,18 +119,10 @@ class SkillProcedure:
 
         backend.compile_options = with_disable_all  # type: ignore[method-assign]
         try:
-            fn = backend.compile(self.runner.graph, Plan.make(plan.scopes, options))
-            self.disable_all_bitwise = not any(
-                __import__("sktune.verify", fromlist=["compare_outputs"]).compare_outputs(
-                    ref, __import__("sktune.verify", fromlist=["flatten_outputs"]).flatten_outputs(fn(*a)))
-                for ref, a in zip(self.runner.references, self.runner.args))
-            out = []
-            for _ in range(times):
-                _, spans = backend._profile([lambda: fn(*args)] * STEPS_PER_RUN, with_steps=True)
-                out.append(statistics.mean(spans))
-                self.runs += 1
-                self.steps += STEPS_PER_RUN
-            return out
+            fn = backend.compile(self.runner.graph, Plan.make(plan.scopes, plan.option_dict))
+            self.disable_all_bitwise = not any(compare_outputs(ref, flatten_outputs(fn(*a)))
+                                               for ref, a in zip(self.runner.references, self.runner.args))
+            return self._time(fn, times)
         finally:
             backend.compile_options = original  # type: ignore[method-assign]
 
