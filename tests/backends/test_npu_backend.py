@@ -164,6 +164,15 @@ def test_effective_options_that_differ_fail_the_trial(chain, backend, stand_in, 
         compiled = backend.compile(graph, Plan.make(plan.scopes, {**SAFE, "early_start": early_start}))
         compiled(*args)
         assert compiled.fn.effective_options["early_start"] == early_start
+    # Without the flag the emulator hands the next compile of the same ops a stale package
+    # (built under early_start=0 just above): the effective-options check catches it.
+    without_flag = NpuBackend(torch_npu_version_="2.14.0")
+    without_flag.compile_options = lambda p, fresh_static_kernels=False: backend.compile_options(p)  # type: ignore
+    npu_emulator._backend.STATIC_KERNEL_CACHE.clear()
+    without_flag.compile(graph, Plan.make(plan.scopes, {**SAFE, "early_start": 0}))(*args)
+    stale = without_flag.compile(graph, Plan.make(plan.scopes, {**SAFE, "early_start": 1}))
+    with pytest.raises(NpuOptionError, match=r"early_start: requested 1, used 0"):
+        stale(*args)
     # What the check does when CANN reports other options (clamped, or a stale package).
     dump = backend.last_meta_dir / "sk_meta" / "sk_options.json"
     dump.write_text(json.dumps({"super_kernel_optimize_options": {"early_start": 0, "dcci_after_kernel_end": [".*"]}}))
