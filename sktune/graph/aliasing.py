@@ -1,7 +1,9 @@
 """Which ops of the captured graph launch no kernel: views and no-op conversions.
 
 An op whose every output shares storage with one of its inputs (``view``, ``transpose``,
-``chunk``, ``getitem``, a ``.to(float32)`` of a float32 tensor) computes nothing. A fusion
+``chunk``, ``getitem``, a ``.to(float32)`` of a float32 tensor) and that wrote nothing
+(an in-place ``add_`` also returns its input, but bumps its version counter) computes
+nothing. A fusion
 scope made of such ops alone is empty once the graph is traced to kernels: SuperKernel
 would get a begin marker directly followed by its end. Found by running the graph once on
 real inputs (fake tensors during capture do not say which conversions are no-ops).
@@ -29,11 +31,14 @@ class _AliasRecorder(fx.Interpreter):
         self.kernelless: list[bool] = []
 
     def run_node(self, n: fx.Node) -> Any:
+        if n.op not in OP_KINDS:
+            return super().run_node(n)
+        tensors = [t for t in tree_leaves([self.env[a] for a in n.all_input_nodes]) if isinstance(t, torch.Tensor)]
+        versions = [t._version for t in tensors]
         result = super().run_node(n)
-        if n.op in OP_KINDS:
-            inputs = set(_storages([self.env[a] for a in n.all_input_nodes]))
-            outputs = _storages(result)
-            self.kernelless.append(all(p in inputs for p in outputs))
+        inputs = {t.untyped_storage().data_ptr() for t in tensors}
+        wrote = any(t._version != v for t, v in zip(tensors, versions))
+        self.kernelless.append(not wrote and all(p in inputs for p in _storages(result)))
         return result
 
 

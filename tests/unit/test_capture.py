@@ -57,3 +57,20 @@ def test_graph_break_names_the_line(test_models: Path) -> None:
     with pytest.raises(CaptureError, match="graph break") as info:
         capture(build(source), draw_inputs(source, 0))
     assert "graph_break.py" in str(info.value)
+
+
+def test_kernelless_ops_are_views_and_no_op_casts_not_in_place_writes() -> None:
+    from sktune.graph.aliasing import kernelless_ops
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            y = x * 2.0
+            z = y.to(torch.float32)  # a no-op cast: returns y itself
+            w = z.view(4, 3).relu_()  # an in-place write returns its input, but is a kernel
+            return w.transpose(0, 0) + y.to(torch.float64).float()
+
+    x = torch.randn(4, 3)
+    graph = capture(M(), (x,))
+    flags = dict(zip((o.target for o in graph.ops), kernelless_ops(graph.gm, graph.args_for((x,)))))
+    assert flags["mul"] is False and flags["view"] is True and flags["relu_"] is False
+    assert flags["transpose"] is True and flags["float"] is False and flags["add"] is False
