@@ -25,15 +25,17 @@ def resolve_backend_name(name: str) -> str:
     return "inductor"
 
 
-def get_backend(name: str, profile_kernels: bool = False) -> Backend:
+def get_backend(name: str, profile_kernels: bool = False, for_trials: bool = False) -> Backend:
+    """The backend called ``name``; ``for_trials`` when its compiles are measured and compared
+    (the trial worker), not used in production (``sktune.apply``)."""
     name = resolve_backend_name(name)
     if name == "inductor":
         from sktune.backends.inductor import InductorBackend
 
-        return InductorBackend(profile_kernels=profile_kernels)
+        return InductorBackend(profile_kernels=profile_kernels, for_trials=for_trials)
     from sktune.backends.npu import NpuBackend
 
-    return NpuBackend(profile_kernels=profile_kernels)
+    return NpuBackend(profile_kernels=profile_kernels, for_trials=for_trials)
 
 
 __all__ = ["Backend", "CompiledModel", "OptionSpec", "get_backend", "resolve_backend_name", "BACKEND_NAMES"]

@@ -48,9 +48,12 @@ class Backend(ABC):
     unmarked_plans: bool = False  # a plan without scopes means "the compiler decides", not "fuse all"
     anchor_set: str = "compiler"  # which anchors to enqueue: "compiler" (fuse-all variants) or "superkernel"
 
-    def __init__(self, profile_kernels: bool = False) -> None:
+    def __init__(self, profile_kernels: bool = False, for_trials: bool = False) -> None:
         # Compile so that the profiler can name each generated kernel (may cost a recompile).
         self.profile_kernels = profile_kernels
+        # Compiles are trials: measured against other configurations, so no cache may hand
+        # back another configuration's kernels, and what the compiler really did is checked.
+        self.for_trials = for_trials
 
     @abstractmethod
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:

@@ -10,7 +10,8 @@ A plan is applied without touching the user's source: the captured FX graph gets
 the ``npugraph_ex`` backend with SuperKernel options. The reference is the same capture
 with ``super_kernel_optimize=False``.
 
-Two field facts shape every trial (README, "Running on Ascend"):
+Two field facts shape every trial (README, "Running on Ascend"; ``for_trials`` only, not
+``sktune.apply`` in production):
 - torchair's static-kernel cache key leaves out the SuperKernel option map, so a sweep
   could time a kernel package built under other options: trials compile with
   ``disable_static_kernel_compile_cache=True``.
@@ -29,7 +30,9 @@ import copy
 import json
 import logging
 import os
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,18 +96,22 @@ class NpuBackend(Backend):
     unmarked_plans = True  # no markers: CANN picks the fusible ops itself
     anchor_set = "superkernel"
 
-    def __init__(self, profile_kernels: bool = False, torch_npu_version_: str | None = None) -> None:
-        super().__init__(profile_kernels)
+    def __init__(self, profile_kernels: bool = False, torch_npu_version_: str | None = None,
+                 for_trials: bool = False) -> None:
+        super().__init__(profile_kernels, for_trials)
         self.torch_npu_version = torch_npu_version_ or torch_npu_version()
         self.key_set: KeySet = check_torch_npu_version(self.torch_npu_version)
         self.device = os.environ.get(DEVICE_ENV, "npu")
-        self.emulated = "emulat" in self._device_name().lower()
         self.kernel_types: tuple[str, ...] = ()  # Ascend op types seen in the baseline profile
         self.ran_ai_cpu = True  # until the baseline profile says otherwise
         self.profile_root = Path(".sktune/npu-profiles")  # relative to the run's working directory
         self.meta_root = Path(".sktune/npu-meta")  # one CANN work path per compile
         self.last_meta_dir: Path | None = None  # of the candidate that ran last for the first time
-        self._profiles = self._compiles = 0
+
+    @property
+    def emulated(self) -> bool:  # type: ignore[override]
+        """The device says it is an emulation (asked lazily: it opens a device context)."""
+        return "emulat" in self._device_name().lower()
 
     # -- what can be tuned -------------------------------------------------------
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
@@ -152,11 +159,13 @@ class NpuBackend(Backend):
 
     def compile(self, graph: OpGraph, plan: Plan) -> CompiledModel:
         # Validate everything before a minutes-long compile.
-        options = self.compile_options(plan, fresh_static_kernels=True)
+        options = self.compile_options(plan, fresh_static_kernels=self.for_trials)
         marked = self.marked_graph(graph, plan)
-        self._compiles += 1
-        meta_dir = self.meta_root / f"{os.getpid()}-{self._compiles:04d}"
-        compiled = _npugraph_ex()(marked, list(graph.flat_args), options=options)
+        if not self.for_trials:
+            return _npugraph_ex()(marked, list(graph.flat_args), options=options)
+        meta_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=_made(self.meta_root)))
+        with cann_work_path(meta_dir):
+            compiled = _npugraph_ex()(marked, list(graph.flat_args), options=options)
         return _CheckedFirstRun(compiled, options.get(OPTIMIZE) or {}, meta_dir, self)
 
     def reference(self, graph: OpGraph) -> CompiledModel:
@@ -190,7 +199,7 @@ class NpuBackend(Backend):
         """Profile the baseline once to learn the Ascend op types (for dcci strategies)."""
         summary = self._profile([reference] * 3, top=10**6)  # every kernel type, not the heaviest few
         self.kernel_types = tuple(sorted({k["type"] for k in summary["top_kernels"]}))
-        self.ran_ai_cpu = any(core.upper() == "AI_CPU" for core in summary["by_core"])
+        self.ran_ai_cpu = any(core.upper().replace("_", "") == "AICPU" for core in summary["by_core"])
 
     def profile_step(self, fn: Callable[[], object]) -> dict[str, Any]:
         summary = self._profile([fn] * 5)
@@ -226,9 +235,8 @@ class NpuBackend(Backend):
         from sktune.measure.ascend_profile import find_profile_files, summarize
 
         prof_mod = torch_npu.profiler
-        self._profiles += 1
-        out = self.profile_root / f"{os.getpid()}-{self._profiles:04d}"  # kept: one directory per measurement
-        out.mkdir(parents=True, exist_ok=True)
+        # Kept: one fresh directory per measurement, never an earlier one's files.
+        out = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=_made(self.profile_root)))
         with prof_mod.profile(
             activities=[prof_mod.ProfilerActivity.CPU, prof_mod.ProfilerActivity.NPU],
             # keyword arguments: the order differs from torch.profiler.schedule
@@ -264,13 +272,33 @@ class _CheckedFirstRun:
     def __call__(self, *args: Any) -> Any:
         if self.checked:
             return self.fn(*args)
-        self.meta_dir.mkdir(parents=True, exist_ok=True)
-        os.environ["ASCEND_WORK_PATH"] = str(self.meta_dir.resolve())
-        out = self.fn(*args)
+        with cann_work_path(self.meta_dir):
+            out = self.fn(*args)
         self.checked = True
         self.backend.last_meta_dir = self.meta_dir
         check_effective_options(self.requested, self.meta_dir / EFFECTIVE_OPTIONS)
         return out
+
+
+def _made(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+@contextmanager
+def cann_work_path(directory: Path) -> Iterator[None]:
+    """CANN's work path (where it writes ``sk_meta/``) and its kernel-meta switch, for the
+    compile and the first forward of one trial; the previous values are restored after."""
+    saved = {k: os.environ.get(k) for k in ("ASCEND_WORK_PATH", "ASCEND_OP_COMPILE_SAVE_KERNEL_META")}
+    os.environ.update(ASCEND_WORK_PATH=str(directory.resolve()), ASCEND_OP_COMPILE_SAVE_KERNEL_META="1")
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def check_effective_options(requested: dict[str, Any], dumped: Path) -> None:
@@ -284,6 +312,9 @@ def check_effective_options(requested: dict[str, Any], dumped: Path) -> None:
         raise NpuOptionError(f"cannot read the options CANN used ({dumped}): {exc}") from exc
     differ = []
     for key, want in requested.items():
+        if key not in used:  # a dump may leave out what it did not set: nothing to compare
+            log.debug("CANN's option dump %s does not list %s", dumped, key)
+            continue
         have = used.get(key)
         if isinstance(want, dict) and isinstance(have, dict):
             differ += [f"{key}.{k}: requested {v!r}, used {have.get(k)!r}" for k, v in want.items() if have.get(k) != v]

@@ -136,7 +136,7 @@ def _print_summary(data: dict[str, Any]) -> None:
     fuse_all = data.get("fuse_all")
     if fuse_all:
         lo, hi = (1 / x for x in reversed(fuse_all["ratio_ci"]))
-        table.add_row("fuse-all", us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
+        table.add_row(fuse_all.get("anchor") or "fuse-all", us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
                       f"{1 / fuse_all['ratio']:.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if fuse_all["bitwise"] else "no")
     if data["speedup"]:
         lo, hi = data["speedup_ci"]

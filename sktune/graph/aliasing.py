@@ -34,12 +34,22 @@ class _AliasRecorder(fx.Interpreter):
         if n.op not in OP_KINDS:
             return super().run_node(n)
         tensors = [t for t in tree_leaves([self.env[a] for a in n.all_input_nodes]) if isinstance(t, torch.Tensor)]
-        versions = [t._version for t in tensors]
+        # Inference tensors keep no version counter, and cannot be written outside inference mode.
+        tracked = [t for t in tensors if not t.is_inference()]
+        versions = [t._version for t in tracked]
         result = super().run_node(n)
         inputs = {t.untyped_storage().data_ptr() for t in tensors}
-        wrote = any(t._version != v for t, v in zip(tensors, versions))
+        wrote = _mutates(n) or any(t._version != v for t, v in zip(tracked, versions))
         self.kernelless.append(not wrote and all(p in inputs for p in _storages(result)))
         return result
+
+
+def _mutates(n: fx.Node) -> bool:
+    """An op whose schema writes an argument (a custom op may not bump version counters)."""
+    schema = getattr(n.target, "_schema", None)
+    if schema is None and hasattr(n.target, "default"):  # an op packet: look at its default overload
+        schema = getattr(getattr(n.target, "default", None), "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
 
 
 def kernelless_ops(gm: fx.GraphModule, args: Sequence[torch.Tensor]) -> tuple[bool, ...]:

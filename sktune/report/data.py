@@ -76,8 +76,8 @@ def fusion_fail_reasons(study: optuna.Study) -> pd.DataFrame:
     rows = []
     for t in study.get_trials(deepcopy=False):
         for item in (t.user_attrs.get("observed") or {}).get("fusion_fail_reasons") or []:
-            rows.append({"reason": item.get("reason") or "(no reason given)", "op": item.get("op") or "?",
-                         "trial": t.number})
+            if item.get("reason"):  # lines without a reason are headers or scope listings
+                rows.append({"reason": item["reason"], "op": item.get("op") or "?", "trial": t.number})
     frame = pd.DataFrame(rows, columns=["reason", "op", "trial"])
     if frame.empty:
         return pd.DataFrame(columns=["reason", "lines", "trials", "ops"])

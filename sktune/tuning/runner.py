@@ -48,7 +48,7 @@ class TrialRunner:
             logging.getLogger("torch").setLevel(logging.ERROR)  # Inductor's warnings would tear the progress bar
         torch.set_num_threads(config.threads)
         torch.set_grad_enabled(False)
-        self.backend = get_backend(config.backend)
+        self.backend = get_backend(config.backend, for_trials=True)
         clock = time.perf_counter()
         self.startup_s: dict[str, float] = {}  # where worker start-up time went
         source = load_model_file(config.model_path)
@@ -239,7 +239,8 @@ class TrialRunner:
         if plan_json is None:
             fn = self.reference_fn
         else:
-            fn = get_backend(self.config.backend, profile_kernels=True).compile(self.graph, Plan.from_json(plan_json))
+            fn = get_backend(self.config.backend, profile_kernels=True, for_trials=True).compile(
+                self.graph, Plan.from_json(plan_json))
         return self.backend.profile_step(lambda: fn(*args0))
 
 

@@ -274,14 +274,15 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         )
     if fuse_all is not None and fuse_all.ratio is not None:
         timing, _, source = _confirmed(study, "confirm_fuse_all", fuse_all)
-        out["fuse_all"] = {"trial": fuse_all.number, "baseline_s": timing["baseline_s"],
+        out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing["baseline_s"],
                            "time_s": timing["candidate_s"], "ratio": timing["ratio"],
                            "ratio_ci": timing["ratio_ci"], "bitwise": fuse_all.feasible, "timing_source": source}
         if out["best_s"] is not None and timing["ratio"] < 1 and out["baseline_s"]:
             # Share of fuse-everything's gain that the best exact plan keeps (ratios: same-run baselines).
             best_ratio = out["best_s"] / out["baseline_s"]
             out["gain_kept"] = (1 - best_ratio) / (1 - timing["ratio"])
-    out["anchors"] = anchor_comparison(study, out["best_s"] / out["baseline_s"] if out["best_s"] else None)
+    # The best's search ratio: the anchors' ratios are search ratios too (same kind of measurement).
+    out["anchors"] = anchor_comparison(study, best.ratio if best is not None else None)
     return out
 
 

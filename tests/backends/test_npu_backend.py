@@ -61,7 +61,7 @@ def stand_in(npu_emulator, monkeypatch):
 @pytest.fixture
 def backend(npu_emulator, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # CANN work paths and profiles land here
-    return NpuBackend(torch_npu_version_="2.14.0")
+    return NpuBackend(torch_npu_version_="2.14.0", for_trials=True)
 
 
 def op_name(graph, i: int) -> str:
@@ -143,6 +143,34 @@ def test_options_reach_npugraph_ex_exactly_and_superkernels_form(chain, backend,
     assert used["super_kernel_optimize_options"]["early_start"] == 1
 
 
+def test_production_compile_is_not_a_trial(chain, stand_in, npu_emulator, tmp_path, monkeypatch) -> None:
+    """sktune.apply in production: the static-kernel cache is fine (one option set), and no
+    CANN work path of sktune's is created or left in the environment."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ASCEND_WORK_PATH", raising=False)
+    graph, args = chain
+    compiled = NpuBackend(torch_npu_version_="2.14.0").compile(graph, Plan.make([Scope(0, 9, "all")], SAFE))
+    ((_, options),) = stand_in.compiles
+    assert "disable_static_kernel_compile_cache" not in options
+    compiled(*args)
+    assert not (tmp_path / ".sktune").exists() and "ASCEND_WORK_PATH" not in os.environ
+
+
+def test_each_trial_compile_gets_a_fresh_work_path_restored_after(chain, backend, stand_in, monkeypatch) -> None:
+    import os
+
+    monkeypatch.setenv("ASCEND_WORK_PATH", "/somewhere/else")
+    graph, args = chain
+    dirs = set()
+    for _ in range(2):
+        backend.compile(graph, Plan.make([Scope(0, 9, "all")], SAFE))(*args)
+        dirs.add(backend.last_meta_dir)
+    assert len(dirs) == 2 and all((d / "sk_meta" / "sk_options.json").is_file() for d in dirs)
+    assert os.environ["ASCEND_WORK_PATH"] == "/somewhere/else"
+
+
 def test_reference_is_same_capture_without_superkernel(chain, backend, stand_in) -> None:
     graph, args = chain
     reference = backend.reference(graph)
@@ -166,7 +194,7 @@ def test_effective_options_that_differ_fail_the_trial(chain, backend, stand_in, 
         assert compiled.fn.effective_options["early_start"] == early_start
     # Without the flag the emulator hands the next compile of the same ops a stale package
     # (built under early_start=0 just above): the effective-options check catches it.
-    without_flag = NpuBackend(torch_npu_version_="2.14.0")
+    without_flag = NpuBackend(torch_npu_version_="2.14.0", for_trials=True)
     without_flag.compile_options = lambda p, fresh_static_kernels=False: backend.compile_options(p)  # type: ignore
     npu_emulator._backend.STATIC_KERNEL_CACHE.clear()
     without_flag.compile(graph, Plan.make(plan.scopes, {**SAFE, "early_start": 0}))(*args)

@@ -74,3 +74,13 @@ def test_kernelless_ops_are_views_and_no_op_casts_not_in_place_writes() -> None:
     flags = dict(zip((o.target for o in graph.ops), kernelless_ops(graph.gm, graph.args_for((x,)))))
     assert flags["mul"] is False and flags["view"] is True and flags["relu_"] is False
     assert flags["transpose"] is True and flags["float"] is False and flags["add"] is False
+
+
+def test_kernelless_ops_on_inference_tensors() -> None:
+    """Inputs made under torch.inference_mode keep no version counter."""
+    from sktune.graph.aliasing import kernelless_ops
+
+    with torch.inference_mode():
+        x = torch.randn(4, 3)
+    graph = capture(torch.nn.Sequential(torch.nn.ReLU()), (x,))
+    assert kernelless_ops(graph.gm, graph.args_for((x,))) == (False,)
