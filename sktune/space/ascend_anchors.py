@@ -26,7 +26,9 @@ from typing import Any
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 
 Anchor = tuple[str, dict[str, Any]]
-_MLP = re.compile(r"(^|[._])(mlp|moe|experts?|ffn|feed_?forward|dispatch|combine)(\d*)($|[._])", re.IGNORECASE)
+# A whole module-path segment: ``mlp``, ``block_sparse_moe``, ``shared_expert``, ``ffn2``; not a
+# norm named after its MLP (``post_mlp_norm``, ``pre_feedforward_layernorm``).
+_MLP = re.compile(r"(\w+_)?(mlp|moe|experts?|ffn|feed_?forward|dispatch|combine)\d*", re.IGNORECASE)
 
 
 def _defaults(space: SearchSpace) -> dict[str, Any]:
@@ -36,8 +38,11 @@ def _defaults(space: SearchSpace) -> dict[str, Any]:
 
 def mlp_instance(module: str) -> str | None:
     """``layers.3.mlp`` for ``layers.3.mlp.up_proj``; None outside any MLP/MoE module."""
-    match = _MLP.search(module)
-    return module[:match.end(3)] if match else None
+    parts = module.split(".")
+    for k, part in enumerate(parts):
+        if _MLP.fullmatch(part):
+            return ".".join(parts[:k + 1])
+    return None
 
 
 def superkernel_anchors(space: SearchSpace, modules: Sequence[str]) -> list[Anchor]:

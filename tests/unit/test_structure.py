@@ -152,3 +152,14 @@ def test_suggest_covers_every_key_once(n_layers: int) -> None:
     assert plan.scopes  # decodes
     keys = set(space.layout.block_keys) | set(space.layout.cut_keys)
     assert keys <= set(recorder.names)
+
+
+def test_mlp_instances_for_the_per_mlp_anchor() -> None:
+    from sktune.space.ascend_anchors import mlp_instance
+
+    assert mlp_instance("layers.3.mlp.up_proj") == "layers.3.mlp"
+    assert mlp_instance("layers.0.moe.experts.1.gate") == "layers.0.moe"
+    assert mlp_instance("model.layers.2.block_sparse_moe.experts.0") == "model.layers.2.block_sparse_moe"
+    assert mlp_instance("layers.1.post_mlp_norm") is None
+    assert mlp_instance("layers.1.pre_feedforward_layernorm") is None
+    assert mlp_instance("layers.1.attn.q_proj") is None and mlp_instance("") is None
