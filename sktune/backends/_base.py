@@ -117,9 +117,7 @@ class Backend(ABC):
     def capabilities(self) -> dict[str, Any]:
         """What the search needs to know about this backend, as plain JSON (crosses the pipe)."""
         return {"fallback_option": self.fallback_option, "unmarked_plans": self.unmarked_plans,
-                "anchor_set": self.anchor_set, "emulated": self.emulated}
-
-    emulated: bool = False  # the device is a software stand-in: its times are not device figures
+                "anchor_set": self.anchor_set}
 
     def reference(self, graph: OpGraph) -> CompiledModel:
         """The unfused run; by default the captured graph executed eagerly."""

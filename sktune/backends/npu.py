@@ -40,7 +40,6 @@ import torch
 
 from sktune.backends._base import Backend, CompiledModel, OptionSpec
 from sktune.backends.npu_options import (
-    FULL_KEY_SET,
     OPTIMIZE,
     NpuOptionError,
     KeySet,
@@ -109,7 +108,7 @@ class NpuBackend(Backend):
         self.last_meta_dir: Path | None = None  # of the candidate that ran last for the first time
 
     @property
-    def emulated(self) -> bool:  # type: ignore[override]
+    def emulated(self) -> bool:
         """The device says it is an emulation (asked lazily: it opens a device context)."""
         return "emulat" in self._device_name().lower()
 

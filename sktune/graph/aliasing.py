@@ -3,9 +3,8 @@
 An op whose every output shares storage with one of its inputs (``view``, ``transpose``,
 ``chunk``, ``getitem``, a ``.to(float32)`` of a float32 tensor) and that wrote nothing
 (an in-place ``add_`` also returns its input, but bumps its version counter) computes
-nothing. A fusion
-scope made of such ops alone is empty once the graph is traced to kernels: SuperKernel
-would get a begin marker directly followed by its end. Found by running the graph once on
+nothing. A fusion scope made of such ops alone is empty once the graph is traced to
+kernels: SuperKernel would get a begin marker directly followed by its end. Found by running the graph once on
 real inputs (fake tensors during capture do not say which conversions are no-ops).
 """
 
@@ -38,7 +37,7 @@ class _AliasRecorder(fx.Interpreter):
         tracked = [t for t in tensors if not t.is_inference()]
         versions = [t._version for t in tracked]
         result = super().run_node(n)
-        inputs = {t.untyped_storage().data_ptr() for t in tensors}
+        inputs = set(_storages(tensors))
         wrote = _mutates(n) or any(t._version != v for t, v in zip(tracked, versions))
         self.kernelless.append(not wrote and all(p in inputs for p in _storages(result)))
         return result

@@ -58,9 +58,7 @@ def superkernel_anchors(space: SearchSpace, modules: Sequence[str]) -> list[Anch
         anchors.append(("full-model+dcci_after_kernel_end",
                         space.params_for(everything, **{**defaults, "dcci_strategy": "safe"})))
     if space.repeats is not None:
-        edges = [not key.startswith(("rep.cut", "first.cut", "last.cut", "pre.cut", "post.cut"))
-                 for key in space.layout.cut_keys]
-        anchors.append(("scope-per-layer", space.params_for(everything, split=edges, **defaults)))
+        anchors.append(("scope-per-layer", space.params_for(everything, split=space.unit_edges(), **defaults)))
     per_mlp = _per_mlp(space, modules)
     if per_mlp is not None:
         fuse, split = per_mlp

@@ -178,6 +178,12 @@ class SearchSpace:
         params.update({o.name: options.get(o.name, o.default) for o in self.options})
         return params
 
+    def unit_edges(self) -> list[bool]:
+        """Per cut: True at the edges between repeated units (and the prefix/suffix), False
+        inside a unit or inside the prefix/suffix: split there for one scope per unit."""
+        return [not key.startswith(("rep.cut", "first.cut", "last.cut", "pre.cut", "post.cut"))
+                for key in self.layout.cut_keys]
+
     @property
     def exact_options(self) -> dict[str, Any]:
         """Every option at the value known to keep eager numerics (e.g. no mm+add → addmm)."""

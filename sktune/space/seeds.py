@@ -49,7 +49,6 @@ def profile_seeds(space: SearchSpace, targets: Sequence[str], span_us: Sequence[
             seeds.append((f"{label}+probe", space.params_for(fuse, fallbacks=fallbacks, **exact)))
     seeds.append(("probe-safe-runs", space.params_for(usable, fallbacks=fallbacks, **exact)))
     if space.repeats is not None:
-        edges = [not key.startswith(("rep.cut", "first.cut", "last.cut", "pre.cut", "post.cut"))
-                 for key in space.layout.cut_keys]
-        seeds.append(("scope-per-unit+probe", space.params_for(usable, split=edges, fallbacks=fallbacks, **exact)))
+        seeds.append(("scope-per-unit+probe",
+                      space.params_for(usable, split=space.unit_edges(), fallbacks=fallbacks, **exact)))
     return seeds
