@@ -18,6 +18,7 @@ import optuna
 import pytest
 
 from sktune.graph.grouping import regions
+from tests.cli.test_cli import sktune as run_cli
 from tests.emulated_npu import EMULATOR_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,8 +30,8 @@ def emulated_env(**extra: str) -> dict[str, str]:
 
 
 def sktune(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sktune", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env or emulated_env(), timeout=600)
+    """The CLI as the other CLI tests run it, with the emulator on the path."""
+    return run_cli(*args, cwd=cwd, env=env or emulated_env())
 
 
 @pytest.fixture(scope="module")
