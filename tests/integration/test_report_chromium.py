@@ -81,9 +81,11 @@ def open_in_chromium(html: Path, screenshot: Path, actions: Any = None) -> PageR
 
 
 def _sort_by_ratio(page: Any) -> dict[str, Any]:
-    page.click("table.sortable th:has-text('time ratio')")
+    # The trials table (the summary's starting-point table is sortable too, and comes first).
+    trials = "h2#trials ~ table.sortable"
+    page.click(f"{trials} th:has-text('time ratio')")
     column = page.eval_on_selector_all(
-        "table.sortable tbody tr", "rows => rows.map(r => r.cells[4].getAttribute('data-v'))")
+        f"{trials} tbody tr", "rows => rows.map(r => r.cells[4].getAttribute('data-v'))")
     return {"sorted": column}
 
 
