@@ -1,4 +1,5 @@
-"""Scope markers -> SuperKernels, written from docs/superkernel.md ("How ops are grouped").
+"""Scope markers -> SuperKernels, written from docs/superkernel.md
+("How ops are grouped when scopes overlap").
 
 Pairing follows npugraph_ex's ``_valid_graph``: each end closes the FIRST open begin of
 the same name. Grouping: an op's mark set is the names open around it; a None mark wins
