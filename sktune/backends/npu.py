@@ -39,16 +39,9 @@ from typing import Any
 import torch
 
 from sktune.backends._base import Backend, CompiledModel, OptionSpec
-from sktune.backends.npu_options import (
-    OPTIMIZE,
-    NpuOptionError,
-    KeySet,
-    check_torch_npu_version,
-    optimize_options_from_params,
-    search_options,
-    validate_compile_options,
-    validate_scope_names,
-)
+from sktune.backends.npu_option_check import validate_compile_options, validate_scope_names
+from sktune.backends.npu_option_schema import OPTIMIZE, KeySet, NpuOptionError, check_torch_npu_version
+from sktune.backends.npu_option_space import optimize_options_from_params, search_options
 from sktune.errors import SktuneError
 from sktune.graph.markers import insert_scope_markers, scope_marker_ops
 from sktune.graph.opgraph import OpGraph
@@ -222,7 +215,7 @@ class NpuBackend(Backend):
 
     def _fail_reasons(self) -> list[dict[str, Any]]:
         """Why scopes of the last candidate did not fuse, from its CANN work path."""
-        from sktune.measure.ascend_profile import read_fusion_fail_reasons
+        from sktune.measure.ascend_parsers import read_fusion_fail_reasons
 
         log_file = self.last_meta_dir / FAIL_REASONS if self.last_meta_dir is not None else None
         return read_fusion_fail_reasons(log_file) if log_file is not None and log_file.is_file() else []
@@ -231,7 +224,8 @@ class NpuBackend(Backend):
         """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output."""
         import torch_npu
 
-        from sktune.measure.ascend_profile import find_profile_files, summarize
+        from sktune.measure.ascend_files import find_profile_files
+        from sktune.measure.ascend_summary import summarize
 
         prof_mod = torch_npu.profiler
         # Kept: one fresh directory per measurement, never an earlier one's files.

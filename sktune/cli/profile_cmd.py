@@ -12,7 +12,7 @@ import typer
 from sktune.cli._errors import user_errors
 
 if TYPE_CHECKING:
-    from sktune.measure.ascend_profile import ProfileSummary
+    from sktune.measure.ascend_summary import ProfileSummary
 
 _GAP_FROM = {"step_trace": "Free", "kernels": "span−busy"}
 
@@ -27,7 +27,8 @@ def profile_command(
     """Per step: device span, busy time, gap and kernel count; time by core; top kernels;
     SuperKernels mapped to their scopes. Marker kernels are filtered out."""
     with user_errors(debug):
-        from sktune.measure.ascend_profile import find_profile_files, summarize
+        from sktune.measure.ascend_files import find_profile_files
+        from sktune.measure.ascend_summary import summarize
 
         summary = summarize(find_profile_files(path))
     if as_json:

@@ -17,7 +17,7 @@ from torch import fx
 
 from sktune.backends import npu as npu_module
 from sktune.backends.npu import NpuBackend
-from sktune.backends.npu_options import NpuOptionError, NpuVersionError
+from sktune.backends.npu_option_schema import NpuOptionError, NpuVersionError
 from sktune.errors import PlanError, SktuneError
 from sktune.graph.capture import capture
 from sktune.load import build, draw_inputs, load_model_file
@@ -238,7 +238,7 @@ def test_rejected_before_compiling(chain, backend, stand_in, scopes, options, er
 
 def test_too_many_distinct_scopes(chain, backend, stand_in) -> None:
     graph, _ = chain
-    from sktune.backends.npu_options import validate_scope_names
+    from sktune.backends.npu_option_check import validate_scope_names
 
     with pytest.raises(SktuneError, match="distinct"):
         validate_scope_names([f"s{i}" for i in range(65)])

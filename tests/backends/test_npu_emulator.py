@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from sktune.measure.ascend_profile import find_profile_files, parse_superkernel_name, summarize
+from sktune.measure.ascend_files import find_profile_files
+from sktune.measure.ascend_parsers import parse_superkernel_name
+from sktune.measure.ascend_summary import summarize
 from tests.emulated_npu import EMULATOR_PATH, load_emulator
 
 Scopes = list[tuple[int, int, str | None]]  # (first op, last op, name), 1-based like the seed's figures

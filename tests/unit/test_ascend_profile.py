@@ -15,17 +15,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sktune.errors import SktuneError
-from sktune.measure.ascend_profile import (
-    ProfileFiles,
+from sktune.measure.ascend_files import ProfileFiles, find_profile_files
+from sktune.measure.ascend_parsers import (
     SuperKernelName,
-    _union_ns,
-    find_profile_files,
     parse_superkernel_name,
     read_fusion_fail_reasons,
     read_kernel_details,
     read_step_trace,
-    summarize,
 )
+from sktune.measure.ascend_summary import _union_ns, summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_profiles"
 RUN = FIXTURES / "localhost_41234_20250109120000123_ascend_pt"

@@ -6,24 +6,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sktune.backends import npu_options as no
 from sktune.backends._base import OptionSpec
-from sktune.backends.npu_options import (
-    DEBUG,
-    FULL_KEY_SET,
-    LEGACY_KEY_SET,
-    OPTIMIZE,
-    NpuOptionError,
-    NpuVersionError,
-    check_torch_npu_version,
-    dcci_options_for,
+from sktune.backends.npu_option_check import (
     dcci_pattern_matches,
-    optimize_options_from_params,
-    search_options,
     validate_compile_options,
     validate_options,
     validate_scope_names,
 )
+from sktune.backends.npu_option_schema import (
+    DEBUG,
+    FULL_KEY_SET,
+    LEGACY_KEY_SET,
+    OPTIMIZE,
+    SCHEMA,
+    TOP_LEVEL_SCHEMA,
+    NpuOptionError,
+    NpuVersionError,
+    _parse_version,
+    _parse_version_fallback,
+    check_torch_npu_version,
+)
+from sktune.backends.npu_option_space import dcci_options_for, optimize_options_from_params, search_options
 from sktune.errors import SktuneError
 
 
@@ -52,12 +55,12 @@ def test_full_key_set_matches_the_wheel_validator():
 
 
 def test_every_key_has_type_default_doc_and_ranges():
-    specs = {(s.section, s.name): s for s in no.SCHEMA}
+    specs = {(s.section, s.name): s for s in SCHEMA}
     assert (specs[(OPTIMIZE, "preload_code")].low, specs[(OPTIMIZE, "preload_code")].high,
             specs[(OPTIMIZE, "preload_code")].default) == (0, 2, 1)
     assert (specs[(OPTIMIZE, "split_mode")].low, specs[(OPTIMIZE, "split_mode")].default) == (1, 4)
     assert specs[(OPTIMIZE, "aggressive_opt_strategies.value_breaker_bypass")].high == 3
-    for s in no.SCHEMA + no.TOP_LEVEL_SCHEMA:
+    for s in SCHEMA + TOP_LEVEL_SCHEMA:
         assert s.doc and s.kind
         if s.kind == "int":
             assert s.low is not None and s.high is not None and s.low <= s.default <= s.high
@@ -69,7 +72,7 @@ def test_every_key_has_type_default_doc_and_ranges():
     ("aggressive_opt_strategies.task_breaker_bypass", True),
     ("early_start", False), ("auto_op_parallel", False)])
 def test_may_change_results_follows_superkernel_md(name, changes):
-    spec = next(s for s in no.SCHEMA if s.name == name)
+    spec = next(s for s in SCHEMA if s.name == name)
     assert spec.may_change_results is changes
 
 
@@ -311,9 +314,9 @@ def test_version_parsers_agree():
     with pytest.raises(NpuVersionError, match="cannot read"):
         check_torch_npu_version("banana")
     for text in ["2.7.1.post11", "2.10.0", "2.12.0+cpu", "2.11", "2.9.0.post9", "2.11.0rc1"]:
-        assert no._parse_version_fallback(text) == no._parse_version(text)
+        assert _parse_version_fallback(text) == _parse_version(text)
     with pytest.raises(NpuVersionError):
-        no._parse_version_fallback("two.one")
+        _parse_version_fallback("two.one")
 
 
 # --- search space ---------------------------------------------------------------------
@@ -353,8 +356,6 @@ def test_dcci_strategies_build_valid_options():
 
 def test_search_space_follows_the_key_set():
     """The old key set (e.g. 2.10.0.post2) accepts none of the searched keys: scopes only."""
-    from sktune.backends.npu_options import LEGACY_KEY_SET
-
     legacy = check_torch_npu_version("2.10.0.post2")
     assert legacy.name == "legacy" and search_options(["MatMulV2"], legacy) == []
     assert search_options(["MatMulV2"], LEGACY_KEY_SET) == []

@@ -1,0 +1,183 @@
+"""Parse the files ``torch_npu.profiler`` writes under
+``{dir}/{worker}_{pid}_{timestamp}_ascend_pt/ASCEND_PROFILER_OUTPUT/`` (``kernel_details.csv``,
+``step_trace_time.csv``), SuperKernel names and the fusion-fail log. Real files are messy and
+every reader here expects it: start times quoted with a trailing tab, ``N/A`` fields, HCCL
+rows without task ids, ``Block Dim`` (older) or ``Block Num``, with or without ``Step Id``,
+exact duplicate rows. Start times are read as exact integer nanoseconds (a float64 holds an
+epoch-µs start only to ~0.25 µs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import pandas as pd
+
+from sktune.measure.ascend_files import ProfileError
+
+_MISSING = {"", "N/A", "NA", "NAN", "NONE", "NULL", "-"}
+_MARKER = re.compile(r"^(sk_scope_kernel_.*|sk_placeholder_kernel)$")
+_REASON = re.compile(  # reasons named in the docs and in CANN's open-source SuperKernel
+    r"\b(DEFAULT_NODE|TASK_GROUP_NOT_EMPTY|OP_UNSUPPORT|NOT_IN_SCOPE|IN_UNFUSIBLE_SCOPE|EXIST_DEADLOCK|"
+    r"EXCEED_SCOPE_MAX|EXCEED_CORE_MAX|DYNAMIC_TASK_UNSUPPORT|SIMT_OP_UNSUPPORT|[A-Z_]*VALUE_(?:WAIT|WRITE)[A-Z_]*)\b")
+_KERNEL_COLUMNS = {  # normalized header -> our column
+    "stepid": "step", "device_id": "device_id", "taskid": "task_id", "streamid": "stream_id",
+    "name": "name", "type": "type", "acceleratorcore": "core", "starttime(us)": "start",
+    "duration(us)": "duration_us", "waittime(us)": "wait_us", "blocknum": "block_num",
+    "blockdim": "block_num", "mixblocknum": "mix_block_num", "mixblockdim": "mix_block_num",
+}
+_HUMAN = {"name": "Name", "type": "Type", "core": "Accelerator Core", "start": "Start Time(us)",
+          "duration_us": "Duration(us)", "free_us": "Free"}
+_STEP_TRACE_COLUMNS = {
+    "device_id": "device_id", "step": "step", "computing": "computing_us",
+    "communication(notoverlapped)": "communication_not_overlapped_us", "overlapped": "overlapped_us",
+    "communication": "communication_us", "free": "free_us", "stage": "stage_us", "bubble": "bubble_us",
+    "communication(notoverlappedandexcludereceive)": "communication_not_overlapped_exclude_receive_us",
+    "preparing": "preparing_us",
+}
+
+
+@dataclass(frozen=True)
+class SuperKernelName:
+    """``sk_<scope>_start_<FirstOp>_end_<LastOp>_<index>``, parsed from the right."""
+
+    scope: str
+    first_op: str
+    last_op: str
+    index: int
+
+
+# ---------------------------------------------------------------- reading the CSVs
+def _read_raw(csv: str | Path, what: str, columns: dict[str, str], required: Iterable[str]) -> pd.DataFrame:
+    path = Path(csv)
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except OSError as exc:
+        raise ProfileError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path} is not a readable CSV: {exc}") from exc
+    header = [str(c) for c in raw.columns]
+    raw = raw.rename(columns=lambda c: columns.get(re.sub(r"\s+", "", str(c)).lower(), f"_{c}"))
+    raw = raw.loc[:, ~raw.columns.duplicated()]
+    missing = [c for c in required if c not in raw.columns]
+    if missing:
+        wanted = ", ".join(_HUMAN.get(c, c) for c in missing)
+        found = ", ".join(header)
+        raise ProfileError(f"{path} is not a {what}: it has no {wanted} column(s) "
+                           f"(header: {found[:120]}{'…' if len(found) > 120 else ''})")
+    return raw.apply(lambda col: col.str.strip().str.strip('"').str.strip())
+
+
+def _missing(col: pd.Series) -> pd.Series:
+    return col.str.upper().isin(_MISSING)
+
+
+def _number(raw: pd.DataFrame, column: str) -> pd.Series:
+    if column not in raw.columns:
+        return pd.Series(float("nan"), index=raw.index, dtype="float64")
+    return pd.to_numeric(raw[column].mask(_missing(raw[column])), errors="coerce").astype("float64")
+
+
+def _integer(raw: pd.DataFrame, column: str) -> pd.Series:
+    return _number(raw, column).round().astype("Int64")
+
+
+def _us_to_ns(text: str) -> int | None:
+    """Exact µs string → integer ns (``"1736413971558972.912"`` → 1736413971558972912)."""
+    try:
+        value = Decimal(text) * 1000
+    except InvalidOperation:
+        return None
+    return int(value.to_integral_value()) if value.is_finite() else None
+
+
+def read_kernel_details(csv: str | Path) -> pd.DataFrame:
+    """``kernel_details.csv`` → one row per kernel with columns ``step`` (0 when there is no
+    ``Step Id``), ``name``, ``type``, ``core``, ``start_us``, ``start_ns`` (exact), ``duration_us``,
+    ``wait_us``, ``block_num`` (``Block Num`` or ``Block Dim``), ``mix_block_num``, ``device_id``,
+    ``task_id``, ``stream_id`` (nullable), and flags ``is_marker``, ``is_superkernel``,
+    ``is_duplicate`` (an exact repeat of an earlier row). ``N/A`` numbers become NaN/<NA>."""
+    raw = _read_raw(csv, "kernel_details.csv", _KERNEL_COLUMNS, ("name", "type", "core", "start", "duration_us"))
+    df = pd.DataFrame(index=raw.index)
+    df["step"] = _integer(raw, "step").fillna(0).astype("int64") if "step" in raw else 0
+    for text in ("name", "type", "core"):
+        df[text] = raw[text].mask(raw[text] == "", "N/A")
+    starts = raw["start"].mask(_missing(raw["start"]))
+    df["start_ns"] = pd.array([_us_to_ns(s) if isinstance(s, str) else None for s in starts], dtype="Int64")
+    df["start_us"] = df["start_ns"].astype("float64") / 1000.0
+    df["duration_us"] = _number(raw, "duration_us")
+    df["wait_us"] = _number(raw, "wait_us")
+    for ints in ("block_num", "mix_block_num", "device_id", "task_id", "stream_id"):
+        df[ints] = _integer(raw, ints)
+    df["is_marker"] = df["name"].str.match(_MARKER)
+    df["is_superkernel"] = df["type"] == "SuperKernel"
+    df["is_duplicate"] = raw.duplicated(keep="first")
+    return df
+
+
+def read_step_trace(csv: str | Path) -> pd.DataFrame:
+    """``step_trace_time.csv`` → ``step`` (0 when absent or N/A), ``device_id`` and every
+    documented time column in µs (``free_us`` is the device idle time inside the step)."""
+    raw = _read_raw(csv, "step_trace_time.csv", _STEP_TRACE_COLUMNS, ("free_us",))
+    df = pd.DataFrame(index=raw.index)
+    df["step"] = _integer(raw, "step").fillna(0).astype("int64") if "step" in raw else 0
+    df["device_id"] = _integer(raw, "device_id")
+    for column in _STEP_TRACE_COLUMNS.values():
+        if column.endswith("_us"):
+            df[column] = _number(raw, column)
+    return df
+
+
+# ---------------------------------------------------------------- SuperKernel names, fail log
+def parse_superkernel_name(name: str) -> SuperKernelName | None:
+    """``sk_layer_0_start_RmsNorm_end_MatMulV2_0`` → scope ``layer_0``, RmsNorm..MatMulV2, 0.
+    Parsed from the right, so the scope may contain underscores (op names may not contain
+    ``_start_``/``_end_``). Markers and other names give None. This is the form in
+    docs/npu_api.md; CANN's open-source SuperKernel also shows ``sk_<n>_<scope>_start_<func>_end_<func>``
+    (index first, function names), which is not parsed: such rows still appear, with scope None."""
+    name = name.strip()
+    head, _, index = name.rpartition("_")
+    if not name.startswith("sk_") or not index.isdigit():
+        return None
+    rest, sep, last = head[3:].rpartition("_end_")
+    scope, sep2, first = rest.rpartition("_start_")
+    if not (sep and sep2 and scope and first and last):
+        return None
+    return SuperKernelName(scope, first, last, int(index))
+
+
+def read_fusion_fail_reasons(path: str | Path) -> list[dict[str, str | None]]:
+    """Each non-empty line of ``sk_meta/sk_fusion_fail_reasons.log`` → ``{op, reason, raw}``.
+
+    The exact format is unconfirmed (no NPU here). Lines are read leniently: the reason is
+    the ``UPPER_CASE`` token after ``reason:``/``reason=``, else a known reason anywhere on
+    the line (``DEFAULT_NODE``, ``TASK_GROUP_NOT_EMPTY``, ``OP_UNSUPPORT``, ``NOT_IN_SCOPE``,
+    ``IN_UNFUSIBLE_SCOPE``, ``EXIST_DEADLOCK``, ``EXCEED_SCOPE_MAX``, ``EXCEED_CORE_MAX``,
+    ``DYNAMIC_TASK_UNSUPPORT``, ``SIMT_OP_UNSUPPORT``, ``*VALUE_WAIT*``/``*VALUE_WRITE*``); the op is the value
+    of ``funcName:``/``op:``/``op=``/``name:`` when present, else the word before the reason.
+    CANN's open-source writer emits ``Node [nodeId:.., ...] - KernelInfos{funcName:X, ...}:
+    reason: R[, reasonDetail: ...]``. Lines without a reason (headers, scope listings) are
+    kept with ``reason`` None.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as exc:
+        raise ProfileError(f"cannot read fusion fail log {p}: {exc}") from exc
+    return [_fail_line(line.strip()) for line in text.splitlines() if line.strip()]
+
+
+def _fail_line(line: str) -> dict[str, str | None]:
+    found = re.search(r"reason\s*[:=]\s*([A-Z][A-Z0-9_]*)", line) or _REASON.search(line)
+    reason = found.group(1) if found else None
+    keyed = re.search(r"\b(?:funcName|op_?name|op_?type|op|name)\s*[:=]\s*([^\s,;}\]]+)", line, re.I)
+    op = keyed.group(1) if keyed else None
+    if op is None and found is not None:
+        words = re.findall(r"[\w./-]+", line[: found.start()])
+        words = [w for w in words if w.lower() not in {"reason", "node", "op"} and not w.isdigit()]
+        op = words[-1] if words else None
+    return {"op": op, "reason": reason, "raw": line}

@@ -1,0 +1,142 @@
+"""Summarize one Ascend profile (``ProfileSummary``): per-step device span, busy time and
+the gap (idle device time that SuperKernel attacks), time by accelerator core, the heaviest
+kernels, and which SuperKernels were actually built (rows of type ``SuperKernel``). Times are
+integer nanoseconds while computing and reported in µs; marker kernels
+(``sk_scope_kernel_*``, ``sk_placeholder_kernel``) are left out of every figure and only counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sktune.measure.ascend_files import ProfileFiles
+from sktune.measure.ascend_parsers import (
+    parse_superkernel_name,
+    read_fusion_fail_reasons,
+    read_kernel_details,
+    read_step_trace,
+)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One step in µs. ``gap_source``: ``step_trace`` (its ``Free``) or ``kernels`` (span - busy)."""
+
+    step: int
+    span_us: float
+    busy_us: float
+    gap_us: float
+    kernels: int
+    gap_source: str
+
+
+@dataclass(frozen=True)
+class KernelTotal:
+    name: str
+    type: str
+    total_us: float
+    count: int
+
+
+@dataclass(frozen=True)
+class SuperKernelTotal:
+    """A SuperKernel row mapped back to its scope; parse fields are None if the name is not ours."""
+
+    name: str
+    scope: str | None
+    first_op: str | None
+    last_op: str | None
+    index: int | None
+    total_us: float
+    count: int
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    source: str
+    note: str | None
+    gap_source: str  # step_trace | kernels | mixed | none
+    steps: tuple[StepStats, ...]
+    by_core: dict[str, float]
+    top_kernels: tuple[KernelTotal, ...]
+    superkernels: tuple[SuperKernelTotal, ...]
+    markers_filtered: int
+    duplicates_dropped: int
+    untimed_rows: int
+    fusion_fail_reasons: tuple[dict[str, str | None], ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON types: lists of dicts for the record tuples."""
+        data = asdict(self)
+        return {k: [dict(v) for v in data[k]] if isinstance(data[k], tuple) else data[k] for k in data}
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    for start, stop in sorted(intervals):
+        if end is None or start > end:
+            total, end = total + stop - start, stop
+        elif stop > end:
+            total, end = total + stop - end, stop
+    return total
+
+
+def summarize(files: ProfileFiles, top: int = 15) -> ProfileSummary:
+    """Per step: span (first kernel start to last kernel end), busy (union of kernel
+    intervals), gap (``Free`` from step_trace_time.csv for that step when present, else span
+    − busy) and kernel count; plus time by core, top kernels and SuperKernels. Markers and
+    exact duplicate rows are excluded everywhere and counted."""
+    df = read_kernel_details(files.kernel_details)
+    duplicates = int(df["is_duplicate"].sum())
+    df = df[~df["is_duplicate"]]
+    markers = int(df["is_marker"].sum())
+    work = df[~df["is_marker"]]
+    timed = work[work["start_ns"].notna() & work["duration_us"].notna()]
+    free = _free_by_step(files.step_trace)
+    timed_by_step = {step: rows for step, rows in timed.groupby("step")}
+    steps = []
+    for step, rows in work.groupby("step", sort=True):
+        t = timed_by_step.get(step, timed.iloc[:0])
+        spans = [(int(s), int(s) + round(d * 1000)) for s, d in zip(t["start_ns"], t["duration_us"])]
+        span = (max(e for _, e in spans) - min(s for s, _ in spans)) if spans else 0
+        busy = _union_ns(spans)
+        source = "step_trace" if step in free else "kernels"
+        gap = free[step] if step in free else (span - busy) / 1000
+        steps.append(StepStats(int(step), span / 1000, busy / 1000, round(gap, 3), len(rows), source))
+    sources = {s.gap_source for s in steps}
+    by_core = work.groupby("core")["duration_us"].sum().round(3).sort_values(ascending=False)
+    kernels = (work.groupby(["name", "type"])["duration_us"].agg(["sum", "size"]).reset_index()
+               .sort_values(["sum", "name"], ascending=[False, True]).head(top))
+    fail = [r for log in files.fusion_fail_logs for r in read_fusion_fail_reasons(log)]
+    return ProfileSummary(
+        source=str(files.kernel_details), note=files.note,
+        gap_source=sources.pop() if len(sources) == 1 else ("mixed" if sources else "none"),
+        steps=tuple(steps), by_core={str(k): float(v) for k, v in by_core.items()},
+        top_kernels=tuple(KernelTotal(str(r.name), str(r.type), round(float(r.sum), 3), int(r.size))
+                          for r in kernels.itertuples()),
+        superkernels=_superkernels(work[work["is_superkernel"]]), markers_filtered=markers,
+        duplicates_dropped=duplicates, untimed_rows=len(work) - len(timed), fusion_fail_reasons=tuple(fail))
+
+
+def _free_by_step(step_trace: Path | None) -> dict[int, float]:
+    if step_trace is None:
+        return {}
+    trace = read_step_trace(step_trace).dropna(subset=["free_us"])
+    return {int(k): round(float(v), 3) for k, v in trace.groupby("step")["free_us"].mean().items()}
+
+
+def _superkernels(rows: pd.DataFrame) -> tuple[SuperKernelTotal, ...]:
+    def first_start(item: tuple[Any, pd.DataFrame]) -> tuple[int, str]:
+        starts = item[1]["start_ns"].dropna()
+        return (int(starts.min()) if len(starts) else 2**63, str(item[0]))
+
+    out = []
+    for name, group in sorted(rows.groupby("name"), key=first_start):
+        parsed = parse_superkernel_name(str(name))
+        fields = (parsed.scope, parsed.first_op, parsed.last_op, parsed.index) if parsed else (None,) * 4
+        out.append(SuperKernelTotal(str(name), *fields, round(float(group["duration_us"].sum()), 3), len(group)))
+    return tuple(out)
