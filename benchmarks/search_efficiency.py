@@ -34,7 +34,7 @@ def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
             cache: Path = Path(".sktune/bench-cache")) -> None:
     """Exhaustively measure a small version of sktune's space for MODEL."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve() / "inductor"))
-    from sktune.bench.exhaustive import distinct_plans, measure_all, save, small_space
+    from sktune.benchlib.exhaustive import distinct_plans, measure_all, save, small_space
     from sktune.tuning.runner import RunnerConfig, TrialRunner
 
     started = time.perf_counter()
@@ -61,16 +61,18 @@ def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
 
 @app.command()
 def replay(table: Path, seeds: int = 20, max_trials: int = 256, tolerance: float = 0.02,
+           patience: Annotated[int | None, typer.Option(help="Stop a run after this many trials without a significant gain, as sktune run does (default: never, so every strategy gets MAX_TRIALS).")] = None,
            json_out: Path | None = None) -> None:
-    """Compare sktune's strategy, TPE without seeds and random search on a measured table."""
-    from sktune.bench.replay import CHECKPOINTS, STRATEGIES, exhaustive_best, replay as run_one, summarize
+    """Compare sktune's strategy, TPE without seeds and random search on a measured table,
+    each through sktune's own objective and loop (a table lookup instead of a compile)."""
+    from sktune.benchlib.replay import CHECKPOINTS, STRATEGIES, exhaustive_best, replay as run_one, summarize
 
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     data = json.loads(table.read_text())
     best = exhaustive_best(data["measurements"])
-    runs = [run_one(data, s, seed, max_trials) for s in STRATEGIES for seed in range(seeds)]
+    runs = [run_one(data, s, seed, max_trials, patience) for s in STRATEGIES for seed in range(seeds)]
     result = summarize(runs, best, tolerance)
     print(f"{data['model']}: {data['n_configs']} plans, exhaustive best exact ratio {best:.4f} "
           f"({1 / best:.2f}×); target: within {tolerance:.0%}; {seeds} seeds; at most {max_trials} trials")
@@ -129,19 +131,21 @@ def scale(model: Path, layers: Annotated[list[int], typer.Option()] = [8, 16]) -
 @app.command()
 def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed: int = 0) -> None:
     """A real study: start-up, per-trial overhead (cold, then warm cache), best speedup after TRIALS."""
-    from sktune.tuning import study as studies
-    from sktune.tuning.tune import TuneSettings, summary, tune
+    from sktune.tuning.loop import tune
+    from sktune.tuning.records import StudyAttr, TrialAttr
+    from sktune.tuning.settings import TuneSettings
+    from sktune.tuning.summary import summary
 
     workdir.mkdir(parents=True, exist_ok=True)
-    settings = TuneSettings(model_path=model.resolve(), trials=trials, patience=None, seed=seed,
+    settings = TuneSettings(model_path=model.resolve(), trials=trials, stop_early=False, seed=seed,
                             storage=f"sqlite:///{(workdir / 'live.db').resolve()}",
                             study_name=f"live-{model.stem}-{int(time.time())}", cache_root=(workdir / "cache").resolve())
     started = time.perf_counter()
     study = tune(settings)
     wall = time.perf_counter() - started
     data = summary(study)
-    startup = study.user_attrs.get("startup_s") or {}
-    overheads = [t.user_attrs["overhead_s"] for t in study.trials if "overhead_s" in t.user_attrs]
+    startup = study.user_attrs.get(StudyAttr.STARTUP_S) or {}
+    overheads = [t.user_attrs[TrialAttr.OVERHEAD_S] for t in study.trials if TrialAttr.OVERHEAD_S in t.user_attrs]
     print(f"{model}: {data['n_ops']} ops, {data['n_trials']} trials ({data['n_complete']} complete, "
           f"{data['n_infeasible']} not bitwise, {data['n_pruned']} pruned/skipped) in {wall:.0f} s")
     print("worker start-up: " + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()))
@@ -152,17 +156,19 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
           f"{not data['fuse_all']['bitwise']}) {1 / data['fuse_all']['ratio']:.2f}×; gain kept {data['gain_kept']:.0%}")
     # Warm cache: the same plans again in a fresh worker process using the study's Inductor cache.
     cache_dir = (settings.cache_root / settings.study).resolve()
-    plans = [t.user_attrs["plan"] for t in study.trials if "plan" in t.user_attrs and "overhead_s" in t.user_attrs]
+    plans = [t.user_attrs[TrialAttr.PLAN] for t in study.trials if TrialAttr.OVERHEAD_S in t.user_attrs]
     code = (
         "import json, os, statistics, sys, time\n"
         f"os.environ['TORCHINDUCTOR_CACHE_DIR'] = {str(cache_dir)!r}\n"
+        "from sktune.space.plan import Plan\n"
+        "from sktune.tuning.protocol import TrialRequest\n"
         "from sktune.tuning.runner import RunnerConfig, TrialRunner\n"
         f"runner = TrialRunner(RunnerConfig(model_path={str(model.resolve())!r}))\n"
         "plans = json.load(sys.stdin)\n"
         "out = []\n"
         "for plan in plans:\n"
-        "    t = time.perf_counter(); r = runner.run({'plan': plan, 'n_batches': 2})\n"
-        "    out.append(time.perf_counter() - t - r['measure_s'])\n"
+        "    t = time.perf_counter(); r = runner.run(TrialRequest(Plan.from_json(plan), 2))\n"
+        "    out.append(time.perf_counter() - t - r.measure_s)\n"
         "print(json.dumps(out))\n"
     )
     import subprocess

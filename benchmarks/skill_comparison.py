@@ -42,7 +42,7 @@ class SkillProcedure:
 
     def __init__(self, model: Path) -> None:
         from sktune.tuning.runner import RunnerConfig, TrialRunner
-        from sktune.tuning.study import space_from_description
+        from sktune.tuning.space_setup import space_from_description
         from sktune.space.ascend_anchors import superkernel_anchors
 
         self.runner = TrialRunner(RunnerConfig(str(model), backend="npu", input_sets=3))

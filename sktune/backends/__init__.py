@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sktune.backends._base import Backend, CompiledModel, OptionSpec
+from sktune.backends._base import Backend, CompiledModel
+from sktune.capabilities import OptionSpec
 from sktune.errors import SktuneError
 
 BACKEND_NAMES = ("auto", "inductor", "npu")

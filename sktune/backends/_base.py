@@ -15,29 +15,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from sktune.capabilities import Capabilities, OptionSpec
 from sktune.graph.opgraph import OpGraph
 from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.measure.timer import calibrate_calls_per_batch, interleaved_batches
 from sktune.space.plan import Plan
 
 CompiledModel = Callable[..., Sequence[torch.Tensor]]
-
-
-@dataclass(frozen=True)
-class OptionSpec:
-    """One tunable backend option: its domain, default, and whether it may change numerics."""
-
-    name: str
-    choices: tuple[Any, ...]
-    default: Any
-    may_change_numerics: bool
-    doc: str = ""
-    exact_choice: Any = None  # the value known to keep eager numerics, when one is known
 
 
 class Backend(ABC):
@@ -47,6 +35,7 @@ class Backend(ABC):
     fallback_option: str | None = None  # plan option listing op types run as precompiled kernels
     unmarked_plans: bool = False  # a plan without scopes means "the compiler decides", not "fuse all"
     anchor_set: str = "compiler"  # which anchors to enqueue: "compiler" (fuse-all variants) or "superkernel"
+    fuse_all_variants: tuple[str, ...] = ()  # options whose exact choice gets a fuse-all anchor of its own
 
     def __init__(self, profile_kernels: bool = False, for_trials: bool = False) -> None:
         # Compile so that the profiler can name each generated kernel (may cost a recompile).
@@ -114,10 +103,18 @@ class Backend(ABC):
         """A variant of ``plan`` that explains a hang when rerun, or None."""
         return None
 
-    def capabilities(self) -> dict[str, Any]:
-        """What the search needs to know about this backend, as plain JSON (crosses the pipe)."""
-        return {"fallback_option": self.fallback_option, "unmarked_plans": self.unmarked_plans,
-                "anchor_set": self.anchor_set}
+    def capabilities(self, graph: OpGraph) -> Capabilities:
+        """What the search needs to know about this backend for ``graph``, as one object."""
+        options = tuple(self.option_space(graph))
+        names = {o.name for o in options}
+        return Capabilities(
+            options=options,
+            fallback_candidates=tuple(self.fallback_candidates(graph)) if self.fallback_option else (),
+            unsafe_op_types=self.unsafe_op_types(), unfusable_op_types=self.unfusable_op_types(),
+            probes_exactness=self.probes_exactness, fallback_option=self.fallback_option,
+            unmarked_plans=self.unmarked_plans, anchor_set=self.anchor_set,
+            fuse_all_variants=tuple(v for v in self.fuse_all_variants if v in names),
+        )
 
     def reference(self, graph: OpGraph) -> CompiledModel:
         """The unfused run; by default the captured graph executed eagerly."""

@@ -15,7 +15,8 @@ import torch
 from torch import fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from sktune.backends._base import Backend, CompiledModel, OptionSpec
+from sktune.backends._base import Backend, CompiledModel
+from sktune.capabilities import OptionSpec
 from sktune.graph.grouping import regions
 from sktune.graph.opgraph import OpGraph, op_nodes
 from sktune.space.plan import Plan, check_plan
@@ -39,7 +40,8 @@ FALLBACK_ATEN: dict[str, tuple[str, ...]] = {
     "layer_norm": ("native_layer_norm",),
 }
 
-# Measured on CPU (docs/design.md): fused versions of these differ from eager by 1-5 ULP.
+# Measured on CPU (docs/measured.md, "Which fused ops are bitwise on CPU"): fused
+# versions of these differ from eager by 1-5 ULP.
 UNSAFE_OP_TYPES = frozenset(FALLBACK_ATEN)
 
 # Lowered to extern kernels (BLAS, oneDNN) on CPU: Inductor fuses nothing into them by
@@ -144,6 +146,7 @@ class InductorBackend(Backend):
     fallback_option = FALLBACK_OPTION
     name = "inductor"
     probes_exactness = True
+    fuse_all_variants = ("emulate_precision_casts",)  # makes bf16 fusion bitwise: worth its own anchor
 
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
         has_conv = any(op.target.startswith("conv") for op in graph.ops)

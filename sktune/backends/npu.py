@@ -38,7 +38,8 @@ from typing import Any
 
 import torch
 
-from sktune.backends._base import Backend, CompiledModel, OptionSpec
+from sktune.backends._base import Backend, CompiledModel
+from sktune.capabilities import OptionSpec
 from sktune.backends.npu_option_check import validate_compile_options, validate_scope_names
 from sktune.backends.npu_option_schema import OPTIMIZE, KeySet, NpuOptionError, check_torch_npu_version
 from sktune.backends.npu_option_space import optimize_options_from_params, search_options

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sktune.backends._base import OptionSpec
+from sktune.capabilities import OptionSpec
 from sktune.backends.npu_option_check import validate_options
 from sktune.backends.npu_option_schema import AGGRESSIVE, FULL_KEY_SET, OPTIMIZE, SPECS, KeySet, NpuOptionError
 

@@ -32,7 +32,8 @@ def export_command(
 
         from sktune.errors import SktuneError
         from sktune.report.export import export_json, export_patch, export_python
-        from sktune.tuning.study import load_existing_study
+        from sktune.tuning.records import StudyAttr
+        from sktune.tuning.storage import load_existing_study
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         if output is not None and not output.resolve().parent.is_dir():
@@ -44,8 +45,8 @@ def export_command(
             text = export_python(loaded, storage)
         else:
             text = export_patch(loaded)
-            if loaded.user_attrs.get("backend") != "npu":
-                err_console.print(f"note: study {study!r} was tuned with the {loaded.user_attrs.get('backend')} "
+            if loaded.user_attrs.get(StudyAttr.BACKEND) != "npu":
+                err_console.print(f"note: study {study!r} was tuned with the {loaded.user_attrs.get(StudyAttr.BACKEND)} "
                                   "backend; these markers take effect only under "
                                   'torch.compile(backend="npugraph_ex")', highlight=False, markup=False)
         if output is None:

@@ -27,7 +27,7 @@ def report_command(
     with user_errors(debug):
         from sktune.errors import SktuneError
         from sktune.report.html import write_report
-        from sktune.tuning.study import load_existing_study
+        from sktune.tuning.storage import load_existing_study
 
         loaded = load_existing_study(study, storage)
         path = output or default_output(study)

@@ -15,7 +15,7 @@ from sktune.cli._errors import err_console, user_errors
 BackendName = Annotated[str, typer.Option(help="auto | inductor | npu")]
 
 
-class Effort(str, Enum):
+class EffortName(str, Enum):
     quick = "quick"
     default = "default"
     thorough = "thorough"
@@ -24,7 +24,7 @@ class Effort(str, Enum):
 def run_command(
     model: Annotated[Path, typer.Argument(help="Python file defining build_model() and example_inputs(seed).")],
     backend: BackendName = "auto",
-    effort: Annotated[Effort, typer.Option(help="quick (15 trials) | default (30) | thorough (100): trials, timing batches, patience, finalists.")] = Effort.default,
+    effort: Annotated[EffortName, typer.Option(help="quick (15 trials) | default (30) | thorough (100): trials, timing batches, patience, finalists.")] = EffortName.default,
     trials: Annotated[int | None, typer.Option(min=1, help="Trials to run in this invocation (default: the effort's).")] = None,
     patience: Annotated[int | None, typer.Option(min=1, help="Stop after this many trials in a row without a significant gain (default: the effort's: 6 / 12 / 30).")] = None,
     no_stop: Annotated[bool, typer.Option("--no-stop", help="Run every trial: never stop early for lack of gains.")] = False,
@@ -46,7 +46,9 @@ def run_command(
     with user_errors(debug):
         from sktune.backends import resolve_backend_name
         from sktune.errors import SktuneError
-        from sktune.tuning.tune import TuneSettings, summary, tune
+        from sktune.tuning.loop import tune
+        from sktune.tuning.settings import TuneSettings
+        from sktune.tuning.summary import summary
 
         if debug:
             logging.getLogger("sktune").setLevel(logging.DEBUG)
@@ -56,11 +58,11 @@ def run_command(
             raise SktuneError(f"--summary-json: directory {summary_json.resolve().parent} does not exist")
         settings = TuneSettings(
             model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, effort=effort.value,
-            patience=None if no_stop else (patience if patience is not None else -1), probe=probe, timeout=timeout,
+            patience=patience, stop_early=not no_stop, probe=probe, timeout=timeout,
             study_name=study, storage=storage, seed=seed, threads=threads, input_sets=input_sets,
             trial_timeout=trial_timeout, bisect_runs=bisect_runs, diagnose=diagnose, allow_changed=allow_changed,
         )
-        progress = _Progress(settings.plan.trials)
+        progress = _Progress(settings.resolved_effort.trials)
         try:
             with progress:
                 result = tune(settings, callbacks=[progress.on_trial], on_ready=progress.on_ready)
@@ -112,16 +114,19 @@ class _Progress:
         self.progress.update(self.task, description=f"{study.study_name}: {len(description['ops'])} ops, tuning…")
 
     def on_trial(self, study: Any, trial: Any) -> None:
-        from sktune.tuning.study import best_record
+        from sktune.tuning.records import best_record, speedup_of
 
         best = best_record(study)
-        text = f"{study.study_name}: best exact {1 / best.ratio:.2f}× (trial {best.number})" if best else study.study_name
+        text = (f"{study.study_name}: best exact {speedup_of(best.ratio):.2f}× (trial {best.number})"
+                if best else study.study_name)
         self.progress.update(self.task, advance=1, description=text)
 
 
 def _print_summary(data: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from sktune.tuning.records import speedup_interval, speedup_of
 
     def us(seconds: float | None) -> str:
         return f"{seconds * 1e6:,.1f}" if seconds else "—"
@@ -135,9 +140,9 @@ def _print_summary(data: dict[str, Any]) -> None:
     table.add_row("unfused", us(data["baseline_s"]), us(data["baseline_s"]), "1.00×", "reference")
     fuse_all = data.get("fuse_all")
     if fuse_all:
-        lo, hi = (1 / x for x in reversed(fuse_all["ratio_ci"]))
+        lo, hi = speedup_interval(fuse_all["ratio_ci"])
         table.add_row(fuse_all.get("anchor") or "fuse-all", us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
-                      f"{1 / fuse_all['ratio']:.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if fuse_all["bitwise"] else "no")
+                      f"{speedup_of(fuse_all['ratio']):.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if fuse_all["bitwise"] else "no")
     if data["speedup"]:
         lo, hi = data["speedup_ci"]
         table.add_row(f"best #{data['best_trial']}", us(data["best_s"]), us(data["baseline_s"]),

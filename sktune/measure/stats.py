@@ -55,6 +55,12 @@ class PairedTiming:
             "faster": self.faster,
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "PairedTiming":
+        lo, hi = data["ratio_ci"]
+        return cls(float(data["baseline_s"]), float(data["candidate_s"]), float(data["ratio"]),
+                   (float(lo), float(hi)), int(data["n_batches"]))
+
 
 def _as_times(name: str, values: Sequence[float]) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64)

@@ -16,7 +16,9 @@ import optuna
 from sktune.errors import ExportError
 from sktune.graph.grouping import regions
 from sktune.space.plan import Plan
-from sktune.tuning import study as studies
+from sktune.tuning.settings import DEFAULT_STORAGE
+from sktune.tuning.records import StudyAttr
+from sktune.tuning.storage import mask_url
 
 EXPORT_VERSION = 1
 DEFAULT_TORCH_NPU = "2.14.0"  # key set assumed when the study recorded no torch_npu version
@@ -24,7 +26,7 @@ DEFAULT_TORCH_NPU = "2.14.0"  # key set assumed when the study recorded no torch
 
 def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
     """The study's summary and its best feasible plan, or one clear error."""
-    from sktune.tuning.tune import summary
+    from sktune.tuning.summary import summary
 
     data = summary(study)
     if data["best_plan"] is None:
@@ -36,28 +38,20 @@ def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
     return data, Plan.from_json(data["best_plan"])
 
 
-def _storage_url(study: optuna.Study) -> str | None:
-    """The study's storage URL when Optuna exposes one (RDB storages, possibly cached)."""
-    storage = getattr(study, "_storage", None)
-    storage = getattr(storage, "_backend", storage)
-    url = getattr(storage, "url", None)
-    return str(url) if url is not None else None
-
-
 def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, Any]:
     """The best plan, versioned, with provenance. ``sktune.apply`` accepts this document."""
     from sktune import __version__
 
     data, plan = _best(study)
     attrs = study.user_attrs
-    url = storage or _storage_url(study)
+    url = storage  # as the user named it (the study does not know its own URL)
     return {
         "sktune_export_version": EXPORT_VERSION,
         "plan": plan.to_json(),
         "provenance": {
             "study": study.study_name,
             "trial": data["best_trial"],
-            "backend": attrs.get("backend"),
+            "backend": attrs.get(StudyAttr.BACKEND),
             "speedup": data["speedup"],
             "speedup_ci": data["speedup_ci"],
             "significant": data["significant"],
@@ -65,17 +59,17 @@ def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, An
             "best_s": data["best_s"],
             "timing_source": data.get("timing_source"),
             "verified_bitwise": data["verified_bitwise"],
-            "input_sets": attrs.get("input_sets"),
-            "threads": attrs.get("threads"),
-            "environment": attrs.get("environment"),
+            "input_sets": attrs.get(StudyAttr.INPUT_SETS),
+            "threads": attrs.get(StudyAttr.THREADS),
+            "environment": attrs.get(StudyAttr.ENVIRONMENT),
             "sktune_version": __version__,
-            "model": attrs.get("model"),
-            "model_sha256": attrs.get("model_sha256"),
-            "input_shapes": attrs.get("input_shapes"),
-            "n_ops": len(attrs.get("ops", [])),
-            "op_types": [op["target"] for op in attrs.get("ops", [])],
+            "model": attrs.get(StudyAttr.MODEL),
+            "model_sha256": attrs.get(StudyAttr.MODEL_SHA256),
+            "input_shapes": attrs.get(StudyAttr.INPUT_SHAPES),
+            "n_ops": len(attrs.get(StudyAttr.OPS, [])),
+            "op_types": [op["target"] for op in attrs.get(StudyAttr.OPS, [])],
             "groups": data["groups"],
-            "storage": studies.mask_url(url) if url else None,
+            "storage": mask_url(url) if url else None,
         },
     }
 
@@ -112,18 +106,18 @@ def export_python(study: optuna.Study, storage: str | None = None) -> str:
     ``storage`` (the study's URL) goes into the command the npu snippet suggests."""
     data, plan = _best(study)
     attrs = study.user_attrs
-    env = attrs.get("environment") or {}
-    threads = attrs.get("threads", 1)
-    npu = attrs.get("backend") == "npu"
+    env = attrs.get(StudyAttr.ENVIRONMENT) or {}
+    threads = attrs.get(StudyAttr.THREADS, 1)
+    npu = attrs.get(StudyAttr.BACKEND) == "npu"
     head = [
         f"# sktune export: study {study.study_name!r}, trial {data['best_trial']} "
         f"({attrs.get('backend')} backend, torch {env.get('torch', '?')}"
         + (f", torch_npu {env.get('torch_npu', '?')})" if npu else f", {threads} thread(s))"),
-        *_measured(data, plan, attrs.get("input_sets")),
+        *_measured(data, plan, attrs.get(StudyAttr.INPUT_SETS)),
         "# Use it as it was tuned: model.eval(), calls under torch.no_grad()"
         + ("." if npu else f", torch.set_num_threads({threads})."),
     ]
-    literal = _plan_literal(plan, len(attrs.get("ops", [])))
+    literal = _plan_literal(plan, len(attrs.get(StudyAttr.OPS, [])))
     if npu:
         return "\n".join(head + _npu_lines(study, plan, literal, env, storage)) + "\n"
     return "\n".join(head + [
@@ -167,7 +161,7 @@ def _npu_lines(study: optuna.Study, plan: Plan, literal: str, env: dict[str, Any
         ]
     return lines + [
         "# 1. Put the scope markers into your source:",
-        f"#      sktune export --study {study.study_name}{_storage_option(storage or _storage_url(study))} --format patch -o sktune.patch "
+        f"#      sktune export --study {study.study_name}{_storage_option(storage)} --format patch -o sktune.patch "
         "&& patch -p1 < sktune.patch",
         '#    (or skip the edit: model = sktune.apply(model, PLAN, backend="npu") inserts them into the graph)',
         "# 2. Compile with the tuned SuperKernel options:",
@@ -176,7 +170,7 @@ def _npu_lines(study: optuna.Study, plan: Plan, literal: str, env: dict[str, Any
 
 
 def _storage_option(url: str | None) -> str:
-    return "" if url is None or url == studies.DEFAULT_STORAGE else f" --storage {studies.mask_url(url)}"
+    return "" if url is None or url == DEFAULT_STORAGE else f" --storage {mask_url(url)}"
 
 
 def export_patch(study: optuna.Study, model_file: str | Path | None = None, root: str | Path | None = None) -> str:
@@ -189,17 +183,17 @@ def export_patch(study: optuna.Study, model_file: str | Path | None = None, root
 
     _, plan = _best(study)
     attrs = study.user_attrs
-    path = Path(model_file or attrs.get("model") or "")
+    path = Path(model_file or attrs.get(StudyAttr.MODEL) or "")
     if not path.is_file():
         raise ExportError(f"the model file {str(path) or '(none recorded)'} of study {study.study_name!r} is not here; "
                           "pass the file, or use sktune.apply(model, PLAN, backend=...) instead")
     raw = path.read_bytes()
-    recorded = attrs.get("model_sha256")
+    recorded = attrs.get(StudyAttr.MODEL_SHA256)
     if recorded and hashlib.sha256(raw).hexdigest() != recorded:
         raise ExportError(f"{path} changed since study {study.study_name!r} was tuned (sha256 differs), so the "
                           "ops' source lines no longer match it; re-run the study or use sktune.apply(...) instead")
     base = Path(root or Path.cwd()).resolve()
     resolved = path.resolve()
     display = resolved.relative_to(base).as_posix() if resolved.is_relative_to(base) else resolved.name
-    tuned_path = Path(attrs.get("model") or path)  # the ops' source lines name the file as it was tuned
-    return scope_patch(raw.decode("utf-8"), tuned_path, attrs.get("ops", []), plan.scopes, display)
+    tuned_path = Path(attrs.get(StudyAttr.MODEL) or path)  # the ops' source lines name the file as it was tuned
+    return scope_patch(raw.decode("utf-8"), tuned_path, attrs.get(StudyAttr.OPS, []), plan.scopes, display)

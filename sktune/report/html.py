@@ -16,7 +16,8 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from sktune.report import data, figures
+from sktune.report import data, figures, trials_data
+from sktune.tuning.records import StudyAttr, TrialAttr, speedup_of
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
         rows.append([_cell(r.plan), _cell(None if pd.isna(r.trial) else int(r.trial)),
                      _cell(r.time_s * 1e6, _num(r.time_s * 1e6, ".1f")), _cell(r.ratio, _num(r.ratio, ".3f")),
                      _cell(None, _interval(r.ratio_lo, r.ratio_hi)),
-                     _cell(None, _num(1 / r.ratio, ".2f") + "×"),
+                     _cell(None, _num(speedup_of(r.ratio), ".2f") + "×"),
                      _cell(r.verified, f'<span class="{cls}">{_e(r.verified)}</span>')])
     emulated = " (emulated)" if summary.get("emulated") else ""
     comp_html = _table(["plan", "trial", f"step µs{emulated}", "time ratio", "ratio 95 % interval", "speedup",
@@ -151,8 +152,8 @@ def _fusion(study: optuna.Study, figs: _Figures) -> str:
             "runs as its own ATen kernel inside the region (<code>fallback_ops</code>).</p>")
     if fm.has_actual:
         text += "<p>Upper row: the plan; lower row: the fusion the backend reported (SuperKernels found in the profile).</p>"
-    plan = study.trials[fm.trial].user_attrs.get("plan")
-    text += f"<p>Plan: <code>{_e(data.plan_text(plan))}</code></p>"
+    plan = study.trials[fm.trial].user_attrs.get(TrialAttr.PLAN)
+    text += f"<p>Plan: <code>{_e(trials_data.plan_text(plan))}</code></p>"
     notes = "".join(f'<p class="note">{_e(n)}</p>' for n in fm.notes)
     return head + text + figs.html(figures.fusion_map_figure(fm)) + notes + _fail_reasons(study)
 
@@ -185,13 +186,13 @@ def _time(study: optuna.Study, figs: _Figures) -> str:
 
 def _search(study: optuna.Study, figs: _Figures) -> str:
     out = '<h2 id="search">4. The search</h2>'
-    hist = data.history(study)
+    hist = trials_data.history(study)
     if hist.empty:
         return out + '<p class="note">No finished trial.</p>'
     out += figs.html(figures.history_figure(hist))
-    imp, note = data.importances(study)
+    imp, note = trials_data.importances(study)
     out += figs.html(figures.importance_figure(imp)) if note is None else f'<p class="note">Importances: {_e(note)}.</p>'
-    frame, params = data.parallel(study)
+    frame, params = trials_data.parallel(study)
     if frame.empty or not params:
         return out + '<p class="note">Parallel coordinates: no complete trials with varying parameters.</p>'
     ranked = [p for p in imp["param"] if p in params] + [p for p in params if p not in set(imp["param"])]
@@ -199,7 +200,7 @@ def _search(study: optuna.Study, figs: _Figures) -> str:
 
 
 def _trials(study: optuna.Study, emulated: bool = False) -> str:
-    table = data.trials_table(study)
+    table = trials_data.trials_table(study)
     rows = []
     for r in table.itertuples():
         bit = {"yes": "ok", "no": "bad"}.get(r.bitwise, "")
@@ -214,7 +215,7 @@ def _trials(study: optuna.Study, emulated: bool = False) -> str:
 
 
 def _failure(item: dict[str, Any], ops: list[dict[str, Any]]) -> str:
-    parts = [f"<p>plan: <code>{_e(data.plan_text(item['plan']))}</code></p>"]
+    parts = [f"<p>plan: <code>{_e(trials_data.plan_text(item['plan']))}</code></p>"]
     found = item.get("smallest_failing_range")
     if found and found.get("range"):
         first, last = found["range"]
@@ -235,8 +236,8 @@ def _failure(item: dict[str, Any], ops: list[dict[str, Any]]) -> str:
 
 
 def _failures(study: optuna.Study) -> str:
-    items = data.failures(study)
-    ops = study.user_attrs.get("ops") or []
+    items = trials_data.failures(study)
+    ops = study.user_attrs.get(StudyAttr.OPS) or []
     head = '<h2 id="failures">6. Failures</h2>'
     if not items:
         return head + "<p>None: every trial completed with bitwise-exact outputs.</p>"
@@ -254,7 +255,7 @@ def _failures(study: optuna.Study) -> str:
 
 def render(study: optuna.Study) -> str:
     """The whole report as one HTML string."""
-    from sktune.tuning.tune import summary as make_summary
+    from sktune.tuning.summary import summary as make_summary
 
     summary = make_summary(study)
     figs = _Figures()

@@ -8,7 +8,6 @@ from typing import Any
 
 from sktune.graph.grouping import regions
 from sktune.space.plan import Plan
-from sktune.space.search_space import FALLBACK_OPTION
 
 
 @dataclass(frozen=True)
@@ -29,11 +28,13 @@ class Exactness:
         fixed = frozenset(t for t in inexact if probe[t].get("exact_options"))
         return cls(inexact, fixed)
 
-    def hopeless(self, plan: Plan, targets: Sequence[str], exact_options: dict[str, Any]) -> str | None:
+    def hopeless(self, plan: Plan, targets: Sequence[str], exact_options: dict[str, Any],
+                 fallback_option: str | None) -> str | None:
         """Why ``plan`` cannot be bitwise, or None: it fuses an op type the probe found
-        inexact even alone, without that op's fallback or the options that fix it."""
+        inexact even alone, without that op's fallback (the plan option ``fallback_option``
+        lists them, where the backend has fallbacks) or the options that fix it."""
         options = plan.option_dict
-        fallbacks = set(options.get(FALLBACK_OPTION) or ())
+        fallbacks = set(options.get(fallback_option) or ()) if fallback_option else set()
         exact = bool(exact_options) and all(options.get(k) == v for k, v in exact_options.items())
         for first, last in regions(len(targets), plan.scopes):
             for i in range(first, last + 1):

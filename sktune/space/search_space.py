@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sktune.errors import PlanError
+from sktune.capabilities import Capabilities, OptionSpec
 from sktune.graph.structure import Repeats, differing_ends, find_repeats
 from sktune.space.layout import MAX_CUTS, Layout, flat_layout, stamped_layout
 from sktune.space.plan import Plan, Scope
 
 FUSE, EAGER = "fuse", "eager"
-FALLBACK_OPTION = "fallback_ops"
 NO_SCOPES = "no_scopes"  # no markers at all: the compiler picks what to fuse (npu's default)
 SHARED = "rep"  # key prefix of the pattern shared by all repeated units
 
@@ -33,14 +32,6 @@ class SuggestsParams(Protocol):
 
 
 @dataclass(frozen=True)
-class OptionDomain:
-    name: str
-    choices: tuple[Any, ...]
-    default: Any
-    exact_choice: Any = None  # value known to keep eager numerics (None: not known)
-
-
-@dataclass(frozen=True)
 class SearchSpace:
     """Everything needed to turn parameters into a plan for one captured graph."""
 
@@ -48,11 +39,12 @@ class SearchSpace:
     layout: Layout
     unsafe_blocks: tuple[bool, ...]  # block j contains an op known to break bitwise equality
     fallbacks: tuple[str, ...]  # op types that may run as precompiled kernels inside regions
-    options: tuple[OptionDomain, ...]
+    options: tuple[OptionSpec, ...]
     repeats: Repeats | None = None
-    fallback_option: str | None = FALLBACK_OPTION  # the plan option naming fallbacks; None: none
+    fallback_option: str | None = None  # the plan option naming fallbacks; None: none
     unmarked_choice: bool = False  # "no scopes" differs from "one scope over everything" (npu)
     kernelless: tuple[bool, ...] = ()  # op i launches no kernel (a view, a no-op cast): never a scope alone
+    fuse_all_variants: tuple[str, ...] = ()  # options whose exact choice gets a fuse-all anchor of its own
 
     @property
     def cuts(self) -> tuple[int, ...]:
@@ -144,20 +136,16 @@ class SearchSpace:
         kept = [s for s in scopes if not all(self.kernelless[s.first_op:s.last_op + 1])]
         return [Scope(s.first_op, s.last_op, f"sk{k}") for k, s in enumerate(kept)]
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this space searches, as the backend's capabilities (narrowed to the space)."""
+        return Capabilities(options=self.options, fallback_candidates=self.fallbacks,
+                            fallback_option=self.fallback_option, unmarked_plans=self.unmarked_choice,
+                            fuse_all_variants=self.fuse_all_variants)
+
     def check_options(self, plan: Plan) -> None:
         """Refuse a plan whose options are not this backend's declared ones (key or value)."""
-        domains = {o.name: o.choices for o in self.options}
-        for key, value in plan.option_dict.items():
-            if key == self.fallback_option and self.fallback_option is not None:
-                unknown = sorted(set(value) - set(self.fallbacks))
-                if unknown:
-                    raise PlanError(f"plan falls back on {unknown}, not among the backend's fallbacks "
-                                    f"{list(self.fallbacks)}")
-            elif key not in domains:
-                raise PlanError(f"plan option {key!r} is not in the backend's option space "
-                                f"({', '.join(sorted(domains)) or 'no options'})")
-            elif value not in domains[key]:
-                raise PlanError(f"plan option {key}={value!r} is outside its domain {list(domains[key])}")
+        self.capabilities.check_options(plan.option_dict)
 
     # -- anchors ----------------------------------------------------------------
     def params_for(self, fuse: Sequence[bool], *, split_all: bool = False, split: Sequence[bool] | None = None,
@@ -194,13 +182,13 @@ class SearchSpace:
         n = len(self.blocks)
         everything, nothing = [True] * n, [False] * n
         safe = [not unsafe for unsafe in self.unsafe_blocks]
-        has_emulate = any(o.name == "emulate_precision_casts" for o in self.options)
-        emulate = {"emulate_precision_casts": True} if has_emulate else {}
         exact = self.exact_options
+        variants = [(f"fuse-all+{name}", self.params_for(everything, **{name: exact[name]}))
+                    for name in self.fuse_all_variants if name in exact]
         candidates = [
             ("unfused", self.params_for(nothing)),
             ("fuse-all", self.params_for(everything)),
-            ("fuse-all+emulate_precision_casts", self.params_for(everything, **emulate)),
+            *variants,
             ("fuse-all+fallbacks", self.params_for(everything, fallbacks=self.fallbacks)),
             ("fuse-all+fallbacks+exact-options", self.params_for(everything, fallbacks=self.fallbacks, **exact)),
             ("safe-runs", self.params_for(safe)),  # one scope per run of safe blocks
@@ -223,19 +211,20 @@ def unique_by_plan(space: SearchSpace, candidates: Sequence[tuple[str, dict[str,
 
 
 def build_space(
-    targets: Sequence[str], modules: Sequence[str], boundaries: Sequence[int], unsafe: frozenset[str],
-    fallbacks: Sequence[str], options: Sequence[OptionDomain], max_cuts: int = MAX_CUTS,
-    span_us: Sequence[float] | None = None, stamp: bool = True, barriers: frozenset[str] = frozenset(),
-    fallback_option: str | None = FALLBACK_OPTION, unmarked_choice: bool = False,
-    kernelless: Sequence[bool] = (),
+    targets: Sequence[str], modules: Sequence[str], boundaries: Sequence[int], capabilities: Capabilities, *,
+    unsafe: frozenset[str] | None = None, max_cuts: int = MAX_CUTS, span_us: Sequence[float] | None = None,
+    stamp: bool = True, kernelless: Sequence[bool] = (),
 ) -> SearchSpace:
-    """The space for one graph: stamped over repeated units when there are any.
+    """The space for one graph and one backend: stamped over repeated units when there are any.
 
-    ``span_us`` (the baseline's per-op times) lets the first / last unit have a pattern of
-    their own when they take measurably longer or shorter than the others.
+    ``unsafe`` (the exactness probe's answer) replaces the backend's static list of unsafe
+    op types. ``span_us`` (the baseline's per-op times) lets the first / last unit have a
+    pattern of their own when they take measurably longer or shorter than the others.
     """
-    if fallback_option is None:
-        fallbacks = ()  # a backend without fallbacks gets no fallback parameters
+    unsafe = capabilities.unsafe_op_types if unsafe is None else unsafe
+    barriers = capabilities.unfusable_op_types
+    # A backend without fallbacks gets no fallback parameters.
+    fallbacks = capabilities.fallback_candidates if capabilities.fallback_option is not None else ()
     repeats = find_repeats(targets, modules) if stamp else None
     layout = None
     if repeats is not None:
@@ -249,5 +238,6 @@ def build_space(
     starts = [0] + [c + 1 for c in layout.cuts]
     ends = list(layout.cuts) + [len(targets) - 1]
     unsafe_blocks = tuple(any(t in unsafe for t in targets[s:e + 1]) for s, e in zip(starts, ends))
-    return SearchSpace(len(targets), layout, unsafe_blocks, tuple(fallbacks), tuple(options), repeats,
-                       fallback_option, unmarked_choice, tuple(kernelless))
+    return SearchSpace(len(targets), layout, unsafe_blocks, tuple(fallbacks), capabilities.options, repeats,
+                       capabilities.fallback_option, capabilities.unmarked_plans, tuple(kernelless),
+                       capabilities.fuse_all_variants)

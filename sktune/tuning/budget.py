@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 
 import optuna
 
-log = logging.getLogger(__name__)
+from sktune.tuning.records import StudyAttr, TrialAttr, feasible_ratios, is_feasible, skipped
 
-ANCHOR_ATTR = "anchor"  # user attr naming an enqueued starting point (anchor or seed)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,15 +33,6 @@ EFFORTS: dict[str, Effort] = {
 }
 
 
-def feasible_ratios(study: optuna.Study) -> list[float]:
-    """Time ratios of the complete, bitwise-exact trials."""
-    out = []
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if t.value is not None and math.isfinite(t.value) and all(v <= 0 for v in t.constraints.values()):
-            out.append(t.value)
-    return out
-
-
 class ClearlyWorsePruner(optuna.pruners.BasePruner):
     """Prune a candidate once its ratio's interval lies wholly above the best exact ratio.
 
@@ -57,11 +47,6 @@ class ClearlyWorsePruner(optuna.pruners.BasePruner):
             return False
         ratios = feasible_ratios(study)
         return bool(ratios) and trial.intermediate_values[step] > min(ratios)
-
-
-def skipped(trial: optuna.trial.FrozenTrial) -> bool:
-    """Skipped without a compile (the exactness probe says it cannot be bitwise)."""
-    return "skipped" in trial.user_attrs
 
 
 class TrialBudget:
@@ -98,17 +83,16 @@ class Patience:
         self.without_gain = 0
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if skipped(trial) or ANCHOR_ATTR in trial.user_attrs:
+        if skipped(trial) or TrialAttr.ANCHOR in trial.user_attrs:
             return
         before = [r for r in feasible_ratios(study) if r != trial.value] or [1.0]
-        timing = trial.user_attrs.get("timing") or {}
-        exact = trial.state == optuna.trial.TrialState.COMPLETE and all(v <= 0 for v in trial.constraints.values())
-        if exact and timing and timing["ratio_ci"][1] < min(min(before), 1.0):
+        timing = trial.user_attrs.get(TrialAttr.TIMING) or {}
+        if is_feasible(trial) and timing and timing["ratio_ci"][1] < min(min(before), 1.0):
             self.without_gain = 0
             return
         self.without_gain += 1
         waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
         if self.without_gain >= self.k and not waiting:
             log.info("stopping: %d trials in a row without a significant gain", self.without_gain)
-            study.set_user_attr("stopped_early", {"after_trial": trial.number, "patience": self.k})
+            study.set_user_attr(StudyAttr.STOPPED_EARLY, {"after_trial": trial.number, "patience": self.k})
             study.stop()

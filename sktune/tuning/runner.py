@@ -20,9 +20,10 @@ from sktune.graph.capture import capture
 from sktune.graph.grouping import group_ops, regions
 from sktune.load import build, draw_inputs, load_model_file
 from sktune.measure.op_profile import profile_ops
-from sktune.measure.stats import paired_timing
+from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.space.plan import Plan, Scope
 from sktune.tuning.probe import probe_exactness
+from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult
 from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
 
 log = logging.getLogger(__name__)
@@ -82,10 +83,10 @@ class TrialRunner:
         self.kernelless = kernelless_ops(self.graph.gm, self.args[0])
         self.startup_s["op_profile"] = time.perf_counter() - clock
         clock = time.perf_counter()
+        self.capabilities = self.backend.capabilities(self.graph)
         self.exactness: dict[str, Any] = {}
-        if config.probe_cache is not None and self.backend.probes_exactness:
-            exact = {o.name: o.exact_choice for o in self.backend.option_space(self.graph)
-                     if o.exact_choice is not None}
+        if config.probe_cache is not None and self.capabilities.probes_exactness:
+            exact = {o.name: o.exact_choice for o in self.capabilities.options if o.exact_choice is not None}
             self.exactness = probe_exactness(self, Path(config.probe_cache), exact)
         self.startup_s["probe"] = time.perf_counter() - clock
         self._current: tuple[Any, list[float], list[float]] | None = None  # candidate being measured
@@ -94,16 +95,8 @@ class TrialRunner:
         """What the tuner's main process needs: ops, cuts, what the backend can tune."""
         return {
             **self.graph.describe(),
-            "unsafe_op_types": sorted(self.backend.unsafe_op_types()),
-            "unfusable_op_types": sorted(self.backend.unfusable_op_types()),
-            "fallback_candidates": self.backend.fallback_candidates(self.graph),
-            "capabilities": self.backend.capabilities(),
+            "capabilities": self.capabilities.to_json(),
             "kernelless": list(self.kernelless),
-            "options": [
-                {"name": o.name, "choices": list(o.choices), "default": o.default,
-                 "may_change_numerics": o.may_change_numerics, "exact_choice": o.exact_choice}
-                for o in self.backend.option_space(self.graph)
-            ],
             "environment": {**self.backend.environment(), "threads": str(self.config.threads),
                             "backend": self.backend.name},
             "op_profile": self.op_profile.to_json(),
@@ -113,16 +106,14 @@ class TrialRunner:
             "input_shapes": [[list(t.shape), str(t.dtype)] for t in self.inputs[0]],
         }
 
-    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+    def run(self, request: TrialRequest) -> TrialResult:
         """Apply, verify on every input set, then time against the baseline (interleaved).
 
-        ``request`` is a plan, or ``{"plan": plan, "n_batches": k}`` to time only ``k``
-        batch pairs first (``more`` extends the measurement of the same candidate).
+        Only ``request.n_batches`` pairs are timed when it is set (``more`` extends the
+        measurement of the same candidate).
         """
-        plan_json, n_batches = request, self.config.n_batches
-        if "plan" in request:
-            plan_json, n_batches = request["plan"], int(request["n_batches"])
-        plan = Plan.from_json(plan_json)
+        plan = request.plan
+        n_batches = self.config.n_batches if request.n_batches is None else request.n_batches
         n_ops = len(self.graph.ops)
         started = time.perf_counter()
         candidate = self.backend.compile(self.graph, plan)
@@ -137,25 +128,20 @@ class TrialRunner:
         measured = time.perf_counter()
         if "superkernels" in observed:
             observed["fusion"] = planned_vs_actual(plan, observed["superkernels"])
-        return {
-            "bitwise": not mismatches,
-            "mismatches": mismatches[:20],
-            "timing": timing,
-            "compile_s": compiled - started,
-            "verify_s": verified - compiled,
-            "measure_s": measured - verified,
-            "groups": [list(g) for g in group_ops(n_ops, plan.scopes)],
-            "regions": [list(r) for r in regions(n_ops, plan.scopes)],
-            "observed": observed,
-        }
+        return TrialResult(
+            bitwise=not mismatches, mismatches=tuple(mismatches[:20]), timing=timing,
+            groups=tuple(group_ops(n_ops, plan.scopes)), regions=tuple(regions(n_ops, plan.scopes)),
+            compile_s=compiled - started, verify_s=verified - compiled, measure_s=measured - verified,
+            observed=observed,
+        )
 
-    def more(self, request: dict[str, Any]) -> dict[str, Any]:
+    def more(self, n_batches: int) -> TimingUpdate:
         """Time ``n_batches`` more pairs of the last candidate; the timing covers all its pairs."""
         if self._current is None:
             raise RuntimeError("no candidate to measure: send run first")
         started = time.perf_counter()
-        timing, _ = self._measure(int(request["n_batches"]))
-        return {"timing": timing, "measure_s": time.perf_counter() - started}
+        timing, _ = self._measure(n_batches)
+        return TimingUpdate(timing, time.perf_counter() - started)
 
     def _time_batches(self, candidate: Any, n_batches: int) -> tuple[list[float], list[float], dict[str, Any]]:
         """``n_batches`` interleaved pairs of the baseline and ``candidate`` on input set 0."""
@@ -163,13 +149,13 @@ class TrialRunner:
         return self.backend.time_batches(lambda: self.reference_fn(*args0), lambda: candidate(*args0),
                                          n_batches=n_batches, batch_target_s=self.config.batch_target_s)
 
-    def _measure(self, n_batches: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _measure(self, n_batches: int) -> tuple[PairedTiming, dict[str, Any]]:
         assert self._current is not None
         candidate, base, cand = self._current
         b, c, observed = self._time_batches(candidate, n_batches)
         base += b
         cand += c
-        return paired_timing(base, cand).to_json(), observed
+        return paired_timing(base, cand), observed
 
     def confirm(self, request: dict[str, Any]) -> dict[str, Any]:
         """Re-time several plans in one interleaved round: every candidate's pairs are spread

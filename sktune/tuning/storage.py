@@ -17,6 +17,7 @@ import random
 import socket
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -25,12 +26,12 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from sktune.errors import SktuneError
+from sktune.tuning.records import TrialAttr
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 10
 GRACE_PERIOD_S = 30  # a RUNNING trial silent this long belongs to a dead process
-WORKER_ATTR = "worker"
 
 
 def mask_url(url: str) -> str:
@@ -87,15 +88,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def fail_orphaned_trials(study: optuna.Study) -> list[int]:
-    """Mark FAIL the RUNNING trials whose process on this host no longer exists."""
+def fail_orphaned_trials(study: optuna.Study, storage: BaseStorage) -> list[int]:
+    """Mark FAIL the RUNNING trials whose process on this host no longer exists
+    (``storage``: the one the study was opened on)."""
     host, failed = socket.gethostname(), []
+    study_id = storage.get_study_id_from_name(study.study_name)
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        tag = trial.user_attrs.get(WORKER_ATTR)
+        tag = trial.user_attrs.get(TrialAttr.WORKER)
         if not tag or tag.get("host") != host or _alive(int(tag["pid"])) or tag.get("pid") == os.getpid():
             continue
-        study._storage.set_trial_user_attr(trial._trial_id, "failure", "interrupted: its sktune process was killed")
-        study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        storage.set_trial_user_attr(trial_id, TrialAttr.FAILURE, "interrupted: its sktune process was killed")
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
         failed.append(trial.number)
     if failed:
         log.warning("trials %s were left RUNNING by a killed run; marked failed", failed)
@@ -107,7 +111,31 @@ def other_local_workers(study: optuna.Study) -> list[int]:
     host, me = socket.gethostname(), os.getpid()
     pids = set()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        tag = trial.user_attrs.get(WORKER_ATTR) or {}
+        tag = trial.user_attrs.get(TrialAttr.WORKER) or {}
         if tag.get("host") == host and tag.get("pid") != me and _alive(int(tag.get("pid", 0))):
             pids.add(int(tag["pid"]))
     return sorted(pids)
+
+
+def load_existing_study(name: str, storage: str) -> optuna.Study:
+    """A study that must already exist (export, report): never creates a storage or a study.
+
+    A missing SQLite file, an unusable storage or an unknown study name is one clear
+    ``SktuneError``; credentials in the URL are masked in every message.
+    """
+    masked = mask_url(storage)
+    file = journal_path(storage)
+    if file is None:
+        file = storage[len("sqlite:///"):].split("?", 1)[0] if storage.startswith("sqlite:///") else ""
+    if file not in ("", ":memory:") and not Path(file).is_file():
+        raise SktuneError(f"no study storage at {masked}: {file} does not exist (see --storage)")
+    backend = make_storage(storage)
+    try:
+        names = optuna.get_all_study_names(backend)
+    except Exception as exc:
+        message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
+        raise SktuneError(f"cannot open storage {masked}: {message}") from None
+    if name not in names:
+        known = ", ".join(repr(n) for n in sorted(names)) or "none"
+        raise SktuneError(f"no study {name!r} in {masked} (studies there: {known})")
+    return optuna.load_study(study_name=name, storage=backend)

@@ -11,26 +11,15 @@ import logging
 import multiprocessing as mp
 import os
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Any
 
 from sktune.errors import SktuneError
+from sktune.space.plan import Plan
+from sktune.tuning.protocol import MalformedResult, TimingUpdate, TrialRequest, TrialResult, WorkerFailure
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WorkerFailure:
-    """Why a request got no answer: ``hang``, ``crash`` or ``error``."""
-
-    kind: str
-    message: str
-    trace: str = ""  # the worker's traceback, for --debug and the study
-
-    @property
-    def reason(self) -> str:
-        return f"{self.kind}: {self.message}"
 
 
 def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> None:
@@ -64,10 +53,12 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> N
             if command == "run" and _maybe_inject_fault():
                 conn.send(("ok", {"garbage": True}))
                 continue
-            handler = {"run": runner.run, "more": runner.more, "confirm": runner.confirm, "profile": runner.profile,
-                       "bisect": runner.bisect}[command]
-            result = handler(payload)
-            conn.send(("ok", result))
+            handler = {
+                "run": lambda p: runner.run(TrialRequest.from_json(p)).to_json(),
+                "more": lambda p: runner.more(int(p["n_batches"])).to_json(),
+                "confirm": runner.confirm, "profile": runner.profile, "bisect": runner.bisect,
+            }[command]
+            conn.send(("ok", handler(payload)))
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
 
@@ -142,8 +133,30 @@ class SupervisedWorker:
         self.description = rest[0]
         return self.description
 
-    def request(self, command: str, payload: Any, timeout: float) -> dict[str, Any] | WorkerFailure:
-        """Send one request; a result dict, or a WorkerFailure after which the worker is fresh."""
+    # -- the TrialWorker protocol (typed; JSON stays on the pipe) ----------------------
+    def run(self, request: TrialRequest, timeout: float) -> TrialResult | WorkerFailure:
+        answer = self.request("run", request.to_json(), timeout)
+        if isinstance(answer, WorkerFailure):
+            return answer
+        try:
+            return TrialResult.from_json(answer)
+        except MalformedResult as exc:  # a worker that answers nonsense is as broken as one that crashes
+            return WorkerFailure("error", str(exc))
+
+    def more(self, n_batches: int, timeout: float) -> TimingUpdate | WorkerFailure:
+        answer = self.request("more", {"n_batches": n_batches}, timeout)
+        if isinstance(answer, WorkerFailure):
+            return answer
+        try:
+            return TimingUpdate.from_json(answer)
+        except MalformedResult as exc:
+            return WorkerFailure("error", str(exc))
+
+    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> dict[str, Any] | WorkerFailure:
+        return self.request("bisect", {"plan": plan.to_json(), "max_runs": max_runs}, timeout)
+
+    def request(self, command: str, payload: Any, timeout: float) -> Any:
+        """Send one request; its JSON answer, or a WorkerFailure after which the worker is fresh."""
         if self._process is None or not self._process.is_alive():
             self._restart()
         assert self._conn is not None

@@ -17,7 +17,7 @@ import pytest
 
 from sktune.space.plan import Plan
 from sktune.tuning.runner import RunnerConfig, TrialRunner
-from sktune.tuning.study import space_from_description, starting_points
+from sktune.tuning.space_setup import space_from_description, starting_points
 from sktune.verify import compare_outputs, flatten_outputs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -33,7 +33,7 @@ def test_fuse_all_runs_and_is_inexact(setup) -> None:
     out = flatten_outputs(compiled(*args))
     assert out[0].shape == ref[0].shape
     assert torch.allclose(out[0], ref[0], atol=1e-5)
-    assert compare_outputs(ref, out), "fused mean/softmax differ from eager on CPU (docs/design.md)"
+    assert compare_outputs(ref, out), "fused mean/softmax differ from eager on CPU (docs/measured.md)"
 
 
 def test_fallbacks_make_one_region_bitwise_and_cache_sees_them(setup) -> None:

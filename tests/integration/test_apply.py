@@ -17,7 +17,8 @@ from sktune.graph.grouping import regions
 from sktune.load import build, draw_inputs, load_model_file
 from sktune.report.export import export_json, export_python
 from sktune.space.plan import Plan, Scope
-from sktune.tuning.study import best_plan, load_existing_study, records
+from sktune.tuning.records import best_plan, records
+from sktune.tuning.storage import load_existing_study
 from sktune.verify import compare_outputs, flatten_outputs
 from tests.tuned_study import TinyStudy, tiny_study
 
@@ -116,6 +117,19 @@ def test_op_count_mismatch_is_a_plan_error(unfused) -> None:
     with pytest.raises(PlanError, match=f"differs from the tuned one: it has {n} ops.*reach op {n + 2}"), \
             torch.no_grad():
         too_far(*inputs[0])
+
+
+def test_a_plan_with_another_backends_options_is_a_plan_error(unfused) -> None:
+    source, _, inputs, _ = unfused
+    npu_plan = Plan.make([Scope(0, 3, "sk0")], {"super_kernel_debug_options": {"debug_op_exec_trace": 1}})
+    model = sktune.apply(build(source), npu_plan, backend="inductor")
+    with pytest.raises(PlanError, match="'super_kernel_debug_options' is not in the backend's option space"), \
+            torch.no_grad():
+        model(*inputs[0])
+    unknown_fallback = sktune.apply(build(source), Plan.make([Scope(0, 3, "sk0")], {"fallback_ops": ["nope"]}),
+                                    backend="inductor")
+    with pytest.raises(PlanError, match=r"falls back on \['nope'\]"), torch.no_grad():
+        unknown_fallback(*inputs[0])
 
 
 def test_op_type_mismatch_is_a_plan_error(study, unfused) -> None:

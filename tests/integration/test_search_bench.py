@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sktune.bench.exhaustive import distinct_plans, measure_all, save, small_space
-from sktune.bench.replay import STRATEGIES, exhaustive_best, replay, summarize
+from sktune.benchlib.exhaustive import distinct_plans, measure_all, save, small_space
+from sktune.benchlib.replay import STRATEGIES, exhaustive_best, replay, summarize
 from sktune.tuning.probe import probe_exactness
 from sktune.tuning.runner import RunnerConfig, TrialRunner
 

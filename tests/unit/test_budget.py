@@ -5,8 +5,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from sktune.tuning.budget import ANCHOR_ATTR, EFFORTS, ClearlyWorsePruner, Patience, TrialBudget
-from sktune.tuning.tune import TuneSettings
+from sktune.tuning.budget import EFFORTS, ClearlyWorsePruner, Patience, TrialBudget
+from sktune.tuning.records import TrialAttr
+from sktune.tuning.settings import TuneSettings
 
 
 def add_trial(study: optuna.Study, ratio: float, ci: tuple[float, float], exact: bool = True,
@@ -22,9 +23,10 @@ def add_trial(study: optuna.Study, ratio: float, ci: tuple[float, float], exact:
 def test_effort_presets_and_overrides() -> None:
     assert EFFORTS["quick"].trials < EFFORTS["default"].trials < EFFORTS["thorough"].trials
     assert EFFORTS["thorough"].n_batches > EFFORTS["quick"].n_batches
-    settings = TuneSettings(model_path=__file__, effort="quick", trials=7, patience=None)  # type: ignore[arg-type]
-    assert settings.plan.trials == 7 and settings.plan.patience is None
-    assert TuneSettings(model_path=__file__).plan == EFFORTS["default"]  # type: ignore[arg-type]
+    settings = TuneSettings(model_path=__file__, effort="quick", trials=7, stop_early=False)  # type: ignore[arg-type]
+    assert settings.resolved_effort.trials == 7 and settings.resolved_effort.patience is None
+    assert TuneSettings(model_path=__file__).resolved_effort == EFFORTS["default"]  # type: ignore[arg-type]
+    assert TuneSettings(model_path=__file__, patience=4).resolved_effort.patience == 4  # type: ignore[arg-type]
 
 
 def test_pruner_prunes_only_when_the_whole_interval_is_worse_than_the_best_exact() -> None:
@@ -73,7 +75,7 @@ def test_patience_stops_after_k_sampled_trials_without_a_significant_gain() -> N
 def test_patience_ignores_queued_starting_points() -> None:
     study = optuna.create_study()
     for _ in range(5):
-        study.enqueue_trial({}, user_attrs={ANCHOR_ATTR: "seed"})
+        study.enqueue_trial({}, user_attrs={TrialAttr.ANCHOR: "seed"})
     study.optimize(lambda t: 1.0, n_trials=8, callbacks=[Patience(2)])
     assert len(study.trials) == 7  # 5 anchors, then 2 sampled trials without gain
 

@@ -9,10 +9,10 @@ import optuna
 import pandas as pd
 import pytest
 
-from sktune.report import data
+from sktune.report import data, trials_data
 from sktune.report.html import render
-from sktune.tuning.study import best_record, top_records
-from sktune.tuning.tune import summary
+from sktune.tuning.records import best_record, top_records
+from sktune.tuning.summary import summary
 from tests.report_fixtures import EVIL, EVIL_IMG, NPU_FUSION, RealStudy, hostile_study, real_study  # noqa: F401
 
 
@@ -26,7 +26,7 @@ def finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 
 def test_history_one_row_per_finished_trial_and_best_so_far_never_rises(study: optuna.Study) -> None:
-    hist = data.history(study)
+    hist = trials_data.history(study)
     trials = finished(study)
     assert len(trials) == 8
     assert hist["number"].tolist() == [t.number for t in trials]
@@ -86,13 +86,13 @@ def test_time_breakdown_and_kernels(study: optuna.Study) -> None:
 
 
 def test_trials_table_and_failures(study: optuna.Study) -> None:
-    table = data.trials_table(study)
+    table = trials_data.trials_table(study)
     assert len(table) == 8
     failed = table[table["state"] == "FAIL"]
     assert len(failed) == 1 and failed["reason"].iloc[0].startswith("crash:") and failed["bitwise"].iloc[0] == ""
     complete = table[table["state"] == "COMPLETE"]
     assert (complete["ratio_lo"] <= complete["ratio"]).all() and (complete["ratio"] <= complete["ratio_hi"]).all()
-    items = data.failures(study)
+    items = trials_data.failures(study)
     kinds = [i["kind"] for i in items]
     assert kinds.count("crash") == 1
     n_mismatching = sum(1 for r in complete.itertuples() if r.bitwise == "no")
@@ -103,19 +103,36 @@ def test_trials_table_and_failures(study: optuna.Study) -> None:
             assert not item["mismatches"].empty and (item["mismatches"]["max_ulp"] > 0).all()
 
 
-def test_importances_and_parallel_coordinates(study: optuna.Study) -> None:
-    imp, note = data.importances(study)
-    assert (note is None) != imp.empty
-    if note is None:
-        assert imp["importance"].between(0, 1).all() and math.isclose(imp["importance"].sum(), 1.0, rel_tol=1e-6)
-    frame, params = data.parallel(study)
+def _exact_trial(fused: str, cut: bool, ratio: float) -> optuna.trial.FrozenTrial:
+    dist = optuna.distributions.CategoricalDistribution
+    return optuna.trial.create_trial(
+        params={"block:0": fused, "cut:0": cut}, value=ratio,
+        distributions={"block:0": dist(["fuse", "eager"]), "cut:0": dist([False, True])},
+        constraints={"bitwise": 0.0},
+    )
+
+
+def test_importances_name_the_parameter_that_decides_the_ratio() -> None:
+    study = optuna.create_study(direction="minimize")
+    # Fusing block 0 halves the ratio whatever the cut: the block must dominate.
+    for k in range(12):
+        fused, cut = ("fuse", "eager")[k % 2], bool(k // 2 % 2)
+        study.add_trial(_exact_trial(fused, cut, (0.5 if fused == "fuse" else 1.0) + 0.001 * k))
+    imp, note = trials_data.importances(study)
+    assert note is None
+    assert imp["importance"].between(0, 1).all() and math.isclose(imp["importance"].sum(), 1.0, rel_tol=1e-6)
+    assert imp.iloc[0]["param"] == "block:0"
+
+
+def test_parallel_coordinates(study: optuna.Study) -> None:
+    frame, params = trials_data.parallel(study)
     assert len(frame) == sum(1 for t in finished(study) if t.state == optuna.trial.TrialState.COMPLETE)
     assert params and all(frame[p].astype(str).nunique() > 1 for p in params)
 
 
 def test_importances_with_too_few_trials_is_a_note() -> None:
     study = hostile_study()  # 2 exact trials
-    imp, note = data.importances(study)
+    imp, note = trials_data.importances(study)
     assert imp.empty and "at least" in note
 
 

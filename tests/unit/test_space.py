@@ -3,21 +3,28 @@ import pytest
 from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan, Scope
 from sktune.space.layout import candidate_cuts
-from sktune.space.search_space import EAGER, FUSE, OptionDomain, build_space
+from dataclasses import replace
+
+from sktune.capabilities import Capabilities, OptionSpec
+from sktune.space.search_space import EAGER, FUSE, build_space
 
 TARGETS = ["pow", "mean", "add", "rsqrt", "mul", "linear", "chunk", "getitem", "getitem", "mul", "softmax", "add"]
 MODULES = ["norm"] * 5 + ["proj"] + [""] * 6
 BOUNDARIES = [0, 1, 2, 3, 4, 5, 8, 9, 10]  # no cut inside chunk..getitem
-OPTIONS = [
-    OptionDomain("emulate_precision_casts", (False, True), False, exact_choice=True),
-    OptionDomain("pattern_matcher", (True, False), True, exact_choice=False),
-    OptionDomain("max_fusion_size", (16, 64), 64),
-]
+OPTIONS = (
+    OptionSpec("emulate_precision_casts", (False, True), False, exact_choice=True),
+    OptionSpec("pattern_matcher", (True, False), True, exact_choice=False),
+    OptionSpec("max_fusion_size", (16, 64), 64),
+)
+INDUCTOR_LIKE = Capabilities(options=OPTIONS, fallback_candidates=("mean", "softmax"),
+                             unsafe_op_types=frozenset({"mean", "softmax"}), fallback_option="fallback_ops",
+                             fuse_all_variants=("emulate_precision_casts",))
+NPU_LIKE = Capabilities(options=OPTIONS, fallback_candidates=("mean",))  # no fallback option
 
 
 @pytest.fixture
 def space():
-    return build_space(TARGETS, MODULES, BOUNDARIES, frozenset({"mean", "softmax"}), ["mean", "softmax"], OPTIONS)
+    return build_space(TARGETS, MODULES, BOUNDARIES, INDUCTOR_LIKE)
 
 
 def test_cuts_are_legal_and_surround_unsafe_ops(space) -> None:
@@ -124,7 +131,7 @@ def test_decoded_plans_carry_only_the_backends_options(space) -> None:
     from sktune.errors import PlanError
 
     assert "fallback_ops" in space.decode(space.params_for([True] * len(space.blocks))).option_dict
-    npu_like = build_space(TARGETS, MODULES, BOUNDARIES, frozenset(), ["mean"], OPTIONS, fallback_option=None)
+    npu_like = build_space(TARGETS, MODULES, BOUNDARIES, NPU_LIKE)
     plan = npu_like.decode(npu_like.params_for([True] * len(npu_like.blocks)))
     assert "fallback_ops" not in plan.option_dict and npu_like.fallbacks == ()
     assert not any(k.startswith("fallback:") for k in npu_like.domains())
@@ -139,7 +146,9 @@ def test_decoded_plans_carry_only_the_backends_options(space) -> None:
 def test_no_scope_made_only_of_kernelless_ops() -> None:
     # op 1 is a no-op cast (``.to(float32)`` of a float32 tensor): alone, an empty scope.
     targets, modules, kernelless = ["mul", "to", "add", "mul"], ["a", "b", "c", "d"], [False, True, False, False]
-    space = build_space(targets, modules, [0, 1, 2], frozenset(), [], OPTIONS, kernelless=kernelless)
+    space = build_space(targets, modules, [0, 1, 2], replace(INDUCTOR_LIKE, fallback_candidates=(),
+                                                                       unsafe_op_types=frozenset()),
+                        kernelless=kernelless)
     assert space.blocks == [(0, 0), (1, 1), (2, 2), (3, 3)]
     plan = space.decode(space.params_for([False, True, False, False]))
     assert plan.scopes == (Scope(0, 3, None),), "nothing left to fuse: explicitly unfused"
@@ -151,8 +160,7 @@ def test_no_scope_made_only_of_kernelless_ops() -> None:
 def test_unmarked_choice_decodes_to_no_scopes() -> None:
     from sktune.space.search_space import NO_SCOPES
 
-    space = build_space(TARGETS, MODULES, BOUNDARIES, frozenset(), [], OPTIONS, fallback_option=None,
-                        unmarked_choice=True)
+    space = build_space(TARGETS, MODULES, BOUNDARIES, replace(NPU_LIKE, fallback_candidates=(), unmarked_plans=True))
     assert list(space.domains())[0] == NO_SCOPES
     params = space.params_for([False] * len(space.blocks))
     assert space.decode({**params, NO_SCOPES: True}).scopes == ()

@@ -8,7 +8,8 @@ from sktune.graph.grouping import regions
 from sktune.graph.structure import differing_ends, find_repeats, unit_key
 from sktune.space.exactness import Exactness
 from sktune.space.plan import Plan, Scope
-from sktune.space.search_space import EAGER, FUSE, OptionDomain, build_space
+from sktune.capabilities import Capabilities, OptionSpec
+from sktune.space.search_space import EAGER, FUSE, build_space
 from sktune.space.seeds import block_gap_share, profile_seeds
 
 LAYER = [("pow", "norm"), ("mean", "norm"), ("rsqrt", "norm"), ("mul", "norm"), ("linear", "attn.q"),
@@ -46,9 +47,10 @@ def test_find_repeats_covers_identical_layers_only() -> None:
 
 def space_for(n_layers: int, span_us=None):
     targets, modules = stack(n_layers)
-    options = [OptionDomain("pattern_matcher", (True, False), True, exact_choice=False)]
-    return targets, build_space(targets, modules, list(range(len(targets) - 1)), frozenset({"mean", "softmax"}),
-                                ["mean", "softmax"], options, span_us=span_us)
+    capabilities = Capabilities(options=(OptionSpec("pattern_matcher", (True, False), True, exact_choice=False),),
+                                fallback_candidates=("mean", "softmax"), unsafe_op_types=frozenset({"mean", "softmax"}),
+                                fallback_option="fallback_ops")
+    return targets, build_space(targets, modules, list(range(len(targets) - 1)), capabilities, span_us=span_us)
 
 
 def test_stamped_space_has_one_pattern_for_all_layers_and_stays_small() -> None:
@@ -107,11 +109,11 @@ def test_hopeless_plans_fuse_an_inexact_op_without_its_fallback() -> None:
     exactness = Exactness.from_probe(probe)
     exact = {"emulate_precision_casts": True}
     whole = [Scope(0, 3, "a")]
-    assert "mean" in exactness.hopeless(Plan.make(whole, {"fallback_ops": []}), targets, exact)
-    assert "exp" in exactness.hopeless(Plan.make(whole, {"fallback_ops": ["mean"]}), targets, exact)
+    assert "mean" in exactness.hopeless(Plan.make(whole, {"fallback_ops": []}), targets, exact, "fallback_ops")
+    assert "exp" in exactness.hopeless(Plan.make(whole, {"fallback_ops": ["mean"]}), targets, exact, "fallback_ops")
     assert exactness.hopeless(Plan.make(whole, {"fallback_ops": ["mean"], "emulate_precision_casts": True}),
-                              targets, exact) is None
-    assert exactness.hopeless(Plan.make([Scope(2, 2, "a")], {}), targets, exact) is None  # mean stays eager
+                              targets, exact, "fallback_ops") is None
+    assert exactness.hopeless(Plan.make([Scope(2, 2, "a")], {}), targets, exact, "fallback_ops") is None  # mean stays eager
 
 
 def test_seeds_fuse_high_gap_blocks_and_give_each_layer_a_scope() -> None:
@@ -131,7 +133,8 @@ def test_seeds_fuse_high_gap_blocks_and_give_each_layer_a_scope() -> None:
     assert per_unit.option_dict["pattern_matcher"] is False  # the exact choice
     assert len(regions(len(targets), per_unit.scopes)) >= 4
     for params in seeds.values():
-        assert Exactness.from_probe(probe).hopeless(space.decode(params), targets, space.exact_options) is None
+        assert Exactness.from_probe(probe).hopeless(space.decode(params), targets, space.exact_options,
+                                                        space.fallback_option) is None
     assert FUSE in seeds["gap-top-half+probe"].values()
 
 

@@ -4,7 +4,7 @@ The space is sktune's own (same layout, anchors and seeds), narrowed until it ha
 ``max_configs`` distinct plans: fewer candidate cuts, a few options. Every plan is
 compiled, verified bitwise on all input sets and timed against the unfused graph in the
 same run, exactly as a trial is. Strategies are then compared by replaying this table
-(``bench/replay.py``): a replayed trial costs a lookup, not a compile.
+(``benchlib/replay.py``): a replayed trial costs a lookup, not a compile.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
-from sktune.tuning.study import space_from_description
+from sktune.tuning.protocol import TrialRequest
+from sktune.tuning.space_setup import space_from_description
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +64,9 @@ def measure_all(runner: Any, space: SearchSpace, n_batches: int,
     for k, (key, params) in enumerate(plans.items()):
         started = time.perf_counter()
         try:
-            result = runner.run({"plan": json.loads(key), "n_batches": n_batches})
-            out[key] = {"ratio": result["timing"]["ratio"], "ratio_ci": result["timing"]["ratio_ci"],
-                        "bitwise": result["bitwise"], "compile_s": result["compile_s"],
+            result = runner.run(TrialRequest(Plan.from_json(json.loads(key)), n_batches))
+            out[key] = {"ratio": result.timing.ratio, "ratio_ci": list(result.timing.ratio_ci),
+                        "bitwise": result.bitwise, "mismatches": len(result.mismatches), "compile_s": result.compile_s,
                         "wall_s": time.perf_counter() - started}
         except Exception as exc:  # a plan that does not compile is a failed trial, not the end
             log.warning("plan %d failed: %s", k, exc)

@@ -1,0 +1,113 @@
+"""What a backend can tune, as one object: the search is built from it and plans are
+checked against it.
+
+A backend declares it for one captured graph (``Backend.capabilities``); it crosses the
+worker pipe as JSON and comes back as the same object in the tuner's process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sktune.errors import PlanError
+
+ANCHOR_SETS = ("compiler", "superkernel")
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One tunable backend option: its domain, default, and whether it may change numerics."""
+
+    name: str
+    choices: tuple[Any, ...]
+    default: Any
+    may_change_numerics: bool = False
+    doc: str = ""
+    exact_choice: Any = None  # the value known to keep eager numerics, when one is known
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "choices": list(self.choices), "default": self.default,
+                "may_change_numerics": self.may_change_numerics, "doc": self.doc,
+                "exact_choice": self.exact_choice}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "OptionSpec":
+        return cls(data["name"], tuple(data["choices"]), data["default"], bool(data.get("may_change_numerics")),
+                   data.get("doc", ""), data.get("exact_choice"))
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Everything the search needs to know about a backend, for one graph."""
+
+    options: tuple[OptionSpec, ...] = ()
+    fallback_candidates: tuple[str, ...] = ()  # op types that can stay in a region as their own kernel
+    unsafe_op_types: frozenset[str] = frozenset()  # known to break bitwise equality when fused
+    unfusable_op_types: frozenset[str] = frozenset()  # always separate kernels: cheap places to cut
+    probes_exactness: bool = False  # one op compiled alone is cheap enough to probe each op type
+    fallback_option: str | None = None  # the plan option that lists fallbacks; None: no fallbacks
+    unmarked_plans: bool = False  # a plan without scopes means "the compiler decides", not "fuse all"
+    anchor_set: str = "compiler"  # "compiler" (fuse-all variants) or "superkernel" (hand-written scopes)
+    # Options whose exact choice earns a fuse-everything anchor of its own ("fuse-all+<name>").
+    fuse_all_variants: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.anchor_set not in ANCHOR_SETS:
+            raise ValueError(f"anchor_set {self.anchor_set!r} is not one of {ANCHOR_SETS}")
+        unknown = set(self.fuse_all_variants) - {o.name for o in self.options}
+        if unknown:
+            raise ValueError(f"fuse-all variants {sorted(unknown)} are not options of the backend")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "options": [o.to_json() for o in self.options],
+            "fallback_candidates": list(self.fallback_candidates),
+            "unsafe_op_types": sorted(self.unsafe_op_types),
+            "unfusable_op_types": sorted(self.unfusable_op_types),
+            "probes_exactness": self.probes_exactness,
+            "fallback_option": self.fallback_option,
+            "unmarked_plans": self.unmarked_plans,
+            "anchor_set": self.anchor_set,
+            "fuse_all_variants": list(self.fuse_all_variants),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Capabilities":
+        return cls(
+            options=tuple(OptionSpec.from_json(o) for o in data["options"]),
+            fallback_candidates=tuple(data["fallback_candidates"]),
+            unsafe_op_types=frozenset(data["unsafe_op_types"]),
+            unfusable_op_types=frozenset(data["unfusable_op_types"]),
+            probes_exactness=bool(data["probes_exactness"]),
+            fallback_option=data["fallback_option"],
+            unmarked_plans=bool(data["unmarked_plans"]),
+            anchor_set=data["anchor_set"],
+            fuse_all_variants=tuple(data["fuse_all_variants"]),
+        )
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """Refuse plan options this backend did not declare: an unknown key, a value outside
+        its domain, or a fallback that is not among the candidates (``PlanError``)."""
+        domains = {o.name: o.choices for o in self.options}
+        for key, value in options.items():
+            if key == self.fallback_option and self.fallback_option is not None:
+                unknown = sorted(set(value) - set(self.fallback_candidates))
+                if unknown:
+                    raise PlanError(f"plan falls back on {unknown}, not among the backend's fallbacks "
+                                    f"{list(self.fallback_candidates)}")
+            elif key not in domains:
+                raise PlanError(f"plan option {key!r} is not in the backend's option space "
+                                f"({', '.join(sorted(domains)) or 'no options'})")
+            elif value not in domains[key]:
+                raise PlanError(f"plan option {key}={value!r} is outside its domain {list(domains[key])}")
+
+    def narrowed(self, option_names: set[str] | None) -> "Capabilities":
+        """The same with only the options in ``option_names`` (None: all), as the search
+        benchmark narrows the space until every plan can be measured."""
+        if option_names is None:
+            return self
+        options = tuple(o for o in self.options if o.name in option_names)
+        kept = {o.name for o in options}
+        return replace(self, options=options, fuse_all_variants=tuple(v for v in self.fuse_all_variants if v in kept))

@@ -1,0 +1,160 @@
+"""What the report's search and trials sections show, extracted from a study with pandas:
+history, parameter importances, parallel coordinates, the trials table and the failures.
+
+Text in these frames is raw (as the study holds it); ``html.py`` and ``figures.py``
+escape it where it enters the page.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+import pandas as pd
+
+from sktune.tuning.records import TrialAttr, TrialRecord, has_ratio, is_feasible, records
+
+FINISHED = ("COMPLETE", "FAIL", "PRUNED")
+_FAILURE_KINDS = ("hang", "crash", "error")
+
+
+# ---------------------------------------------------------------- 4. history, importances, parallel coordinates
+
+def _status(r: TrialRecord) -> str:
+    if r.state == "PRUNED":  # stopped early (partly measured) or skipped by the probe (never compiled)
+        return "pruned" if r.ratio is not None else "skipped"
+    if r.state != "COMPLETE":
+        return "failed"
+    return "exact" if r.feasible else "not exact"
+
+
+def history(study: optuna.Study) -> pd.DataFrame:
+    """One row per finished trial, in order: ratio, status, and the best exact ratio so far."""
+    rows, best = [], math.inf
+    for r in records(study):
+        if r.state not in FINISHED:
+            continue
+        ratio = r.ratio if r.ratio is not None and math.isfinite(r.ratio) else None
+        if r.feasible and ratio is not None:
+            best = min(best, ratio)
+        rows.append({"number": r.number, "state": r.state, "status": _status(r), "anchor": r.anchor or "",
+                     "ratio": ratio, "best_so_far": best if math.isfinite(best) else None,
+                     "failure": r.failure or ""})
+    return pd.DataFrame(rows, columns=["number", "state", "status", "anchor", "ratio", "best_so_far", "failure"])
+
+
+def _feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if is_feasible(t) and has_ratio(t)]
+
+
+def importances(study: optuna.Study, min_trials: int = 4) -> tuple[pd.DataFrame, str | None]:
+    """Optuna's PED-ANOVA parameter importances over the complete bitwise-exact trials.
+
+    PED-ANOVA needs only numpy (fANOVA, Optuna's default, needs scikit-learn) and is
+    deterministic. It asks which parameter values the best 10 % of trials concentrate on.
+
+    Returns ``(frame, note)``; the frame is empty and the note says why when there are too
+    few trials or no parameter varies.
+    """
+    empty = pd.DataFrame(columns=["param", "importance"])
+    trials = _feasible_trials(study)
+    if len(trials) < min_trials:
+        return empty, (f"only {len(trials)} complete bitwise-exact trial(s): importances need at least "
+                       f"{min_trials}; run more trials")
+    varying = {p for p in trials[0].params if len({repr(t.params.get(p)) for t in trials}) > 1}
+    if not varying:
+        return empty, "no parameter varies among the complete bitwise-exact trials"
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory"
+    try:
+        copy = optuna.create_study(direction="minimize")
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    copy.add_trials(trials)
+    try:
+        found = optuna.importance.get_param_importances(
+            copy, params=sorted(varying), evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+    except (ValueError, RuntimeError) as exc:
+        return empty, f"importances could not be computed: {exc}"
+    frame = pd.DataFrame({"param": list(found), "importance": list(found.values())})
+    return frame, None
+
+
+def parallel(study: optuna.Study) -> tuple[pd.DataFrame, list[str]]:
+    """Complete trials: number, ratio, bitwise and the parameters that vary among them.
+
+    Returns the frame and the varying parameter names (ordered as Optuna lists them).
+    """
+    trials = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if has_ratio(t)]
+    names: list[str] = []
+    for t in trials:
+        names += [p for p in t.params if p not in names]
+    varying = [p for p in names if len({repr(t.params.get(p)) for t in trials}) > 1]
+    rows = [{"number": t.number, "ratio": t.value, "bitwise": is_feasible(t),
+             **{p: t.params.get(p) for p in varying}} for t in trials]
+    return pd.DataFrame(rows, columns=["number", "ratio", "bitwise", *varying]), varying
+
+
+# ---------------------------------------------------------------- 5. trials table, 6. failures
+
+def _mismatch_line(mismatches: list[dict[str, Any]]) -> str:
+    if not mismatches:
+        return ""
+    worst = max((m.get("max_ulp") or 0 for m in mismatches), default=0)
+    sets = len({m.get("input_set") for m in mismatches})
+    return f"{len(mismatches)} output mismatch(es) on {sets} input set(s), max ULP {worst}"
+
+
+def trials_table(study: optuna.Study) -> pd.DataFrame:
+    """Every finished trial: state, anchor, step time, ratio with interval, bitwise, failure reason."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state.name not in FINISHED:
+            continue
+        timing = t.user_attrs.get(TrialAttr.TIMING) or {}
+        lo, hi = timing.get("ratio_ci") or (None, None)
+        complete = t.state == optuna.trial.TrialState.COMPLETE
+        exact = is_feasible(t)
+        rows.append({"number": t.number, "state": t.state.name, "anchor": t.user_attrs.get(TrialAttr.ANCHOR, ""),
+                     "step_s": timing.get("candidate_s"), "baseline_s": timing.get("baseline_s"),
+                     "ratio": timing.get("ratio"), "ratio_lo": lo, "ratio_hi": hi,
+                     "bitwise": ("yes" if exact else "no") if complete else "",
+                     "reason": TrialRecord.of(t).failure or _mismatch_line(t.user_attrs.get(TrialAttr.MISMATCHES) or [])})
+    return pd.DataFrame(rows, columns=["number", "state", "anchor", "step_s", "baseline_s", "ratio",
+                                       "ratio_lo", "ratio_hi", "bitwise", "reason"])
+
+
+def failures(study: optuna.Study) -> list[dict[str, Any]]:
+    """Mismatching trials (outputs, element counts, max ULP) and failed ones (hang, crash,
+    error), each with its plan and, when recorded, the smallest failing range."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        mismatches = t.user_attrs.get(TrialAttr.MISMATCHES) or []
+        if t.state == optuna.trial.TrialState.FAIL:
+            reason = str(t.user_attrs.get(TrialAttr.FAILURE) or "failed (no reason recorded)")
+            head = reason.split(":", 1)[0].strip()
+            kind = head if head in _FAILURE_KINDS else "error"
+        elif t.state == optuna.trial.TrialState.COMPLETE and mismatches:
+            kind, reason = "mismatch", _mismatch_line(mismatches)
+        else:
+            continue
+        frame = pd.DataFrame(mismatches, columns=["input_set", "output_index", "count", "first_index", "max_ulp",
+                                                  "reason", "detail"])
+        out.append({"trial": t.number, "kind": kind, "reason": reason, "anchor": t.user_attrs.get(TrialAttr.ANCHOR, ""),
+                    "mismatches": frame, "plan": t.user_attrs.get(TrialAttr.PLAN),
+                    "smallest_failing_range": t.user_attrs.get(TrialAttr.SMALLEST_FAILING_RANGE),
+                    "diagnosis": t.user_attrs.get(TrialAttr.DIAGNOSIS)})
+    return out
+
+
+def plan_text(plan: dict[str, Any] | None) -> str:
+    """``sk0 0–15, never 3–4 · fallback_ops=mean,softmax; max_fusion_size=64``."""
+    if not plan:
+        return "(no plan recorded)"
+    scopes = ", ".join(f"{s['name'] if s['name'] is not None else 'never'} {s['first_op']}–{s['last_op']}"
+                       for s in plan.get("scopes", [])) or "no scopes"
+    options = "; ".join(f"{k}={(','.join(map(str, v)) or 'none') if isinstance(v, list) else v}"
+                        for k, v in sorted((plan.get("options") or {}).items()))
+    return f"{scopes} · {options}" if options else scopes

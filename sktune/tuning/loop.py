@@ -1,0 +1,74 @@
+"""The tuning loop: a worker, the space and the study, one trial at a time.
+
+``search`` is the loop itself (objective, budget, patience, failures recorded); ``tune``
+wraps it for ``sktune run``: worker start, study creation or resume, finalists, profiles.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from sktune.backends import get_backend
+from sktune.tuning.budget import Effort, Patience, TrialBudget
+from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best
+from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
+from sktune.tuning.records import StudyAttr
+from sktune.tuning.resume import open_study, prepare
+from sktune.tuning.settings import TuneSettings
+from sktune.tuning.space_setup import (exactness_from_description, reuse_space_inputs, space_from_description,
+                                       targets_of)
+from sktune.tuning.worker import SupervisedWorker, runner_config
+
+log = logging.getLogger(__name__)
+
+TrialCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
+
+
+def search(study: optuna.Study, objective: Callable[[optuna.Trial], float], effort: Effort,
+           timeout: float | None = None, callbacks: list[TrialCallback] | None = None) -> None:
+    """Run trials until ``effort.trials`` have cost something, patience runs out, or ``timeout``."""
+    stop: list[TrialCallback] = [TrialBudget(effort.trials)]
+    if effort.patience:
+        stop.append(Patience(effort.patience))
+    study.optimize(objective, n_trials=None, timeout=timeout, catch=(TrialFailed,),
+                   callbacks=stop + (callbacks or []))
+
+
+def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
+         on_ready: Callable[[optuna.Study, dict[str, Any]], None] | None = None) -> optuna.Study:
+    """Run ``settings.trials`` more trials on the study (created or resumed)."""
+    cache_dir = (settings.cache_root / settings.study).resolve()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    effort = settings.resolved_effort
+    probe_cache = str((settings.cache_root / "exactness-probe.json").resolve()) if settings.probe else None
+    config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
+                           threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
+                           probe_cache=probe_cache)
+    # Failed trials are recorded with their reason; Optuna's own warning + traceback would
+    # only tear through the progress display.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    backend = get_backend(settings.backend)  # e.g. no torch-npu: fail before starting a worker
+    study = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
+    with SupervisedWorker(config, str(cache_dir)) as worker:
+        description = reuse_space_inputs(study, worker.start())
+        space = space_from_description(description)
+        prepare(study, description, space, settings.model_path,
+                {StudyAttr.THREADS: settings.threads, StudyAttr.INPUT_SETS: settings.input_sets},
+                settings.allow_changed)
+        if on_ready:
+            on_ready(study, description)
+        rules = ObjectiveRules(
+            chunks=effort.chunks, trial_timeout=settings.trial_timeout,
+            bisect_runs=backend.default_bisect_runs if settings.bisect_runs is None else settings.bisect_runs,
+            diagnoses=settings.diagnose, diagnostic_plan=backend.diagnostic_plan,
+        )
+        objective = make_objective(space, worker, rules, targets_of(description),
+                                   exactness_from_description(description))
+        search(study, objective, effort, settings.timeout, callbacks)
+        confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top)
+        profile_baseline_and_best(study, worker, settings.trial_timeout)
+    return study

@@ -1,0 +1,118 @@
+"""The objective: one trial from suggested parameters to its told value.
+
+The same objective runs in ``sktune run`` (a supervised worker process) and in the search
+benchmark's replay (a table of measurements): it takes any ``TrialWorker``. A trial is
+skipped without a compile when the exactness probe calls its plan hopeless, timed in
+steps with pruning between them, constrained by its mismatch count (≤ 0: bitwise-exact),
+and, when not exact, bisected for the smallest failing op range.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import optuna
+
+from sktune.space.exactness import Exactness
+from sktune.space.plan import Plan
+from sktune.space.search_space import SearchSpace
+from sktune.tuning.protocol import TrialRequest, TrialWorker, WorkerFailure
+from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
+from sktune.tuning.storage import worker_tag
+
+DEVICE_LOG_HINT = "per-core op progress is in the device log (ASCEND_PROCESS_LOG_PATH, else ~/ascend/log)"
+
+
+class TrialFailed(Exception):
+    """The worker gave no result for a trial (hang, crash, compile error): recorded as FAIL."""
+
+
+@dataclass(frozen=True)
+class ObjectiveRules:
+    """How a trial is spent: timing steps, limits, and what to do after a failure."""
+
+    chunks: tuple[int, ...]  # batch pairs per timing step; pruning is checked between steps
+    trial_timeout: float
+    bisect_runs: int = 0  # compile+verify runs to locate the op range behind a mismatch
+    diagnoses: int = 0  # hung trials rerun with the diagnostic plan, at most this many
+    diagnostic_plan: Callable[[Plan], Plan | None] = lambda plan: None
+
+
+def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRules, targets: Sequence[str],
+                   exactness: Exactness | None) -> Callable[[optuna.Trial], float]:
+    """``exactness`` None: no skipping (strategies that do not use the probe)."""
+    diagnoses_left = [rules.diagnoses]
+    chunks, timeout = rules.chunks, rules.trial_timeout
+
+    def fail(trial: optuna.Trial, failure: WorkerFailure) -> TrialFailed:
+        trial.set_user_attr(TrialAttr.FAILURE, failure.reason)
+        if failure.trace:
+            trial.set_user_attr(TrialAttr.FAILURE_TRACE, failure.trace[-4000:])
+        return TrialFailed(failure.reason)
+
+    def diagnose(trial: optuna.Trial, plan: Plan) -> None:
+        diagnostic = rules.diagnostic_plan(plan)
+        if diagnostic is None or diagnoses_left[0] <= 0:
+            return
+        diagnoses_left[0] -= 1
+        rerun = worker.run(TrialRequest(diagnostic), timeout)
+        trial.set_user_attr(TrialAttr.DIAGNOSIS, {
+            "plan": diagnostic.to_json(),
+            "outcome": rerun.reason if isinstance(rerun, WorkerFailure) else "completed with debug options",
+            "where": DEVICE_LOG_HINT,
+        })
+
+    def objective(trial: optuna.Trial) -> float:
+        plan = space.suggest(trial)
+        trial.set_user_attr(TrialAttr.PLAN, plan.to_json())
+        trial.set_user_attr(TrialAttr.WORKER, worker_tag())  # lets a resumed run fail this trial if we die
+        anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
+        hopeless = None if anchor or exactness is None else exactness.hopeless(
+            plan, targets, space.exact_options, space.fallback_option)
+        if hopeless:  # known not to be bitwise: not worth a compile
+            trial.set_user_attr(TrialAttr.SKIPPED, f"skipped: {hopeless}")
+            raise optuna.TrialPruned(hopeless)
+        started = time.perf_counter()
+        result = worker.run(TrialRequest(plan, chunks[0]), timeout)
+        wall = time.perf_counter() - started
+        if isinstance(result, WorkerFailure):
+            error = fail(trial, result)
+            if result.kind == "hang":
+                diagnose(trial, plan)
+            raise error
+        trial.set_user_attr(TrialAttr.MISMATCHES, list(result.mismatches))
+        trial.set_user_attr(TrialAttr.GROUPS, [list(g) for g in result.groups])
+        trial.set_user_attr(TrialAttr.REGIONS, [list(r) for r in result.regions])
+        trial.set_user_attr(TrialAttr.COMPILE_S, result.compile_s)
+        trial.set_user_attr(TrialAttr.VERIFY_S, result.verify_s)
+        trial.set_user_attr(TrialAttr.OBSERVED, result.observed)
+        trial.set_user_attr(TrialAttr.OVERHEAD_S, wall - result.measure_s)
+        timing, measure_s = result.timing, result.measure_s
+        # An inexact candidate is rejected whatever its speed: one step of timing is enough
+        # (anchors are timed fully: fuse-all's time is the yardstick for what exactness costs).
+        steps = chunks[1:] if result.bitwise or anchor else ()
+        done = chunks[0]
+        for chunk in steps:
+            trial.report(timing.ratio_ci[0], step=done)
+            if not anchor and trial.should_prune():
+                reason = f"pruned: slower than the best exact trial after {done} batch pairs"
+                trial.set_user_attr(TrialAttr.TIMING, timing.to_json())
+                trial.set_user_attr(TrialAttr.MEASURE_S, measure_s)
+                trial.set_user_attr(TrialAttr.PRUNED, reason)
+                raise optuna.TrialPruned(reason)
+            more = worker.more(chunk, timeout)
+            if isinstance(more, WorkerFailure):
+                raise fail(trial, more)
+            timing, measure_s, done = more.timing, measure_s + more.measure_s, done + chunk
+        trial.set_user_attr(TrialAttr.TIMING, timing.to_json())
+        trial.set_user_attr(TrialAttr.MEASURE_S, measure_s)
+        trial.set_constraint(BITWISE_CONSTRAINT, float(len(result.mismatches)))
+        if result.mismatches and rules.bisect_runs > 0:
+            found = worker.bisect(plan, rules.bisect_runs, timeout)
+            if not isinstance(found, WorkerFailure):
+                trial.set_user_attr(TrialAttr.SMALLEST_FAILING_RANGE, found)
+        return float(timing.ratio)
+
+    return objective

@@ -1,0 +1,107 @@
+"""What crosses the worker pipe, typed: a trial request, its result, and the failure
+that replaces a result when the worker hangs, crashes or raises.
+
+``TrialWorker`` is what the objective needs from a worker: the supervised process
+(``tuning/worker.py``) and the search benchmark's table replay both implement it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+from sktune.measure.stats import PairedTiming
+from sktune.space.plan import Plan
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """Why a request got no answer: ``hang``, ``crash`` or ``error``."""
+
+    kind: str
+    message: str
+    trace: str = ""  # the worker's traceback, for --debug and the study
+
+    @property
+    def reason(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+class MalformedResult(ValueError):
+    """A worker answered something that is not the result asked for."""
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """Apply ``plan``, verify it on every input set, then time ``n_batches`` pairs
+    (None: the runner's configured number)."""
+
+    plan: Plan
+    n_batches: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_json(), "n_batches": self.n_batches}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TrialRequest":
+        n = data.get("n_batches")
+        return cls(Plan.from_json(data["plan"]), None if n is None else int(n))
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One plan applied, verified and timed against the unfused baseline in the same run."""
+
+    bitwise: bool
+    mismatches: tuple[dict[str, Any], ...]  # the first 20 differing outputs, over all input sets
+    timing: PairedTiming
+    groups: tuple[tuple[int, ...], ...]
+    regions: tuple[tuple[int, int], ...]
+    compile_s: float
+    verify_s: float
+    measure_s: float
+    observed: dict[str, Any]  # backend facts about the run (e.g. which scopes really fused)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bitwise": self.bitwise, "mismatches": list(self.mismatches), "timing": self.timing.to_json(),
+                "groups": [list(g) for g in self.groups], "regions": [list(r) for r in self.regions],
+                "compile_s": self.compile_s, "verify_s": self.verify_s, "measure_s": self.measure_s,
+                "observed": self.observed}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "TrialResult":
+        expected = [f.name for f in fields(cls)]
+        missing = [k for k in expected if not isinstance(data, dict) or k not in data]
+        if missing:
+            raise MalformedResult(f"malformed result from the worker (missing {', '.join(missing)})")
+        return cls(bool(data["bitwise"]), tuple(data["mismatches"]), PairedTiming.from_json(data["timing"]),
+                   tuple(tuple(g) for g in data["groups"]), tuple((r[0], r[1]) for r in data["regions"]),
+                   float(data["compile_s"]), float(data["verify_s"]), float(data["measure_s"]),
+                   dict(data["observed"]))
+
+
+@dataclass(frozen=True)
+class TimingUpdate:
+    """The last candidate timed for more pairs: the timing covers all its pairs so far."""
+
+    timing: PairedTiming
+    measure_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"timing": self.timing.to_json(), "measure_s": self.measure_s}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "TimingUpdate":
+        if not isinstance(data, dict) or "timing" not in data or "measure_s" not in data:
+            raise MalformedResult("malformed timing update from the worker")
+        return cls(PairedTiming.from_json(data["timing"]), float(data["measure_s"]))
+
+
+class TrialWorker(Protocol):
+    """What the objective asks of a worker; each call answers or says why not."""
+
+    def run(self, request: TrialRequest, timeout: float) -> TrialResult | WorkerFailure: ...
+
+    def more(self, n_batches: int, timeout: float) -> TimingUpdate | WorkerFailure: ...
+
+    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> dict[str, Any] | WorkerFailure: ...

@@ -1,0 +1,169 @@
+"""What a study holds, read back: every attribute key, the feasibility rule, and the
+``TrialRecord`` read model that the summary, the report and the export use.
+
+Keys are written and read only through these names; JSON stays at the storage edge.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from sktune.space.plan import Plan
+
+BITWISE_CONSTRAINT = "bitwise"  # the trial's constraint: its mismatch count (≤ 0: exact)
+
+
+class TrialAttr:
+    """User-attribute keys of one trial."""
+
+    PLAN = "plan"  # the plan as JSON
+    ANCHOR = "anchor"  # name of the enqueued starting point (anchor or seed); absent: sampled
+    WORKER = "worker"  # host and pid of the process running it (orphan detection)
+    SKIPPED = "skipped"  # why it was not compiled (the exactness probe)
+    PRUNED = "pruned"  # why its measurement was stopped early
+    FAILURE = "failure"  # why the worker gave no result
+    FAILURE_TRACE = "failure_trace"
+    DIAGNOSIS = "diagnosis"  # the rerun of a hung plan with the backend's debug options
+    MISMATCHES = "mismatches"
+    GROUPS = "groups"
+    REGIONS = "regions"
+    COMPILE_S = "compile_s"
+    VERIFY_S = "verify_s"
+    MEASURE_S = "measure_s"
+    OVERHEAD_S = "overhead_s"  # wall time of the trial minus its timing
+    OBSERVED = "observed"  # backend facts about the run (what really fused)
+    TIMING = "timing"  # PairedTiming as JSON
+    SMALLEST_FAILING_RANGE = "smallest_failing_range"
+
+
+class StudyAttr:
+    """User-attribute keys of the study."""
+
+    FINGERPRINT = "fingerprint"
+    SPACE = "space"  # the search space's signature; written last (the study is prepared)
+    THREADS = "threads"
+    INPUT_SETS = "input_sets"
+    BACKEND = "backend"
+    MODEL = "model"
+    OPS = "ops"
+    OP_PROFILE = "op_profile"
+    EXACTNESS = "exactness"
+    BOUNDARIES = "boundaries"
+    ENVIRONMENT = "environment"
+    STARTUP_S = "startup_s"
+    MODEL_SHA256 = "model_sha256"
+    INPUT_SHAPES = "input_shapes"
+    STOPPED_EARLY = "stopped_early"
+    FINALISTS = "finalists"
+    CONFIRM_BEST = "confirm_best"
+    CONFIRM_FUSE_ALL = "confirm_fuse_all"
+    PROFILE_BASELINE = "profile_baseline"
+    PROFILE_BEST = "profile_best"
+    PROFILE_BEST_TRIAL = "profile_best_trial"
+
+
+def is_feasible(trial: FrozenTrial) -> bool:
+    """Complete and bitwise-exact: the one rule for which trials may become the best."""
+    return trial.state == TrialState.COMPLETE and all(v <= 0 for v in trial.constraints.values())
+
+
+def has_ratio(trial: FrozenTrial) -> bool:
+    return trial.value is not None and math.isfinite(trial.value)
+
+
+def skipped(trial: FrozenTrial) -> bool:
+    """Skipped without a compile (the exactness probe says it cannot be bitwise)."""
+    return TrialAttr.SKIPPED in trial.user_attrs
+
+
+def feasible_ratios(study: optuna.Study) -> list[float]:
+    """Time ratios of the complete, bitwise-exact trials."""
+    return [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if is_feasible(t) and has_ratio(t)]  # type: ignore[misc]
+
+
+def speedup_of(ratio: float) -> float:
+    """A time ratio (candidate / baseline) as a speedup (baseline / candidate)."""
+    return 1.0 / ratio
+
+
+def speedup_interval(ratio_ci: tuple[float, float] | list[float]) -> tuple[float, float]:
+    """A time ratio's interval as a speedup interval (ratio < 1 is a speedup > 1)."""
+    lo, hi = ratio_ci
+    return speedup_of(hi), speedup_of(lo)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the summary and the report read it."""
+
+    number: int
+    state: str
+    feasible: bool
+    ratio: float | None
+    ratio_ci: tuple[float, float] | None
+    baseline_s: float | None
+    candidate_s: float | None
+    plan: dict[str, Any] | None
+    anchor: str | None
+    failure: str | None  # failed, skipped or pruned: why
+
+    @classmethod
+    def of(cls, t: FrozenTrial) -> "TrialRecord":
+        timing = t.user_attrs.get(TrialAttr.TIMING) or {}
+        attrs = t.user_attrs
+        return cls(
+            number=t.number, state=t.state.name, feasible=is_feasible(t),
+            ratio=timing.get("ratio"), ratio_ci=tuple(timing["ratio_ci"]) if timing else None,
+            baseline_s=timing.get("baseline_s"), candidate_s=timing.get("candidate_s"),
+            plan=attrs.get(TrialAttr.PLAN), anchor=attrs.get(TrialAttr.ANCHOR),
+            failure=attrs.get(TrialAttr.FAILURE) or attrs.get(TrialAttr.SKIPPED) or attrs.get(TrialAttr.PRUNED),
+        )
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    return [TrialRecord.of(t) for t in study.get_trials(deepcopy=False)]
+
+
+def top_records(study: optuna.Study, k: int) -> list[TrialRecord]:
+    """The ``k`` feasible (bitwise-exact) complete trials with the smallest time ratios, one per plan."""
+    feasible = sorted((r for r in records(study) if r.feasible and r.ratio is not None and math.isfinite(r.ratio)),
+                      key=lambda r: r.ratio)  # type: ignore[arg-type, return-value]
+    out: list[TrialRecord] = []
+    for r in feasible:
+        if len(out) < k and all(r.plan != o.plan for o in out):
+            out.append(r)
+    return out
+
+
+def best_record(study: optuna.Study) -> TrialRecord | None:
+    """The best exact trial: the re-measured winner among the finalists when there was a
+    re-measurement, else the feasible complete trial with the smallest time ratio."""
+    confirmed = study.user_attrs.get(StudyAttr.CONFIRM_BEST)
+    finalists = {f["trial"] for f in study.user_attrs.get(StudyAttr.FINALISTS) or []}
+    # Valid while no later trial (a resumed run) has entered the top that was re-measured.
+    if confirmed is not None and {r.number for r in top_records(study, len(finalists))} <= finalists:
+        for r in records(study):
+            if r.number == confirmed["trial"] and r.feasible:
+                return r
+    top = top_records(study, 1)
+    return top[0] if top else None
+
+
+FUSE_EVERYTHING = ("fuse-all", "full-model")  # the fuse-everything anchor of each anchor set
+
+
+def anchor_record(study: optuna.Study, anchor: str) -> TrialRecord | None:
+    """The complete trial of a named anchor; ``fuse-all`` also finds npu's ``full-model``."""
+    names = FUSE_EVERYTHING if anchor in FUSE_EVERYTHING else (anchor,)
+    return next((r for r in records(study) if r.anchor in names and r.state == "COMPLETE"), None)
+
+
+def best_plan(study: optuna.Study) -> Plan | None:
+    best = best_record(study)
+    return Plan.from_json(best.plan) if best and best.plan else None

@@ -1,0 +1,44 @@
+"""What one ``sktune run`` asks for: the tuning settings and the effort they resolve to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sktune.tuning.budget import EFFORTS, Effort
+
+DEFAULT_STORAGE = "sqlite:///sktune.db"
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    model_path: Path
+    backend: str = "inductor"
+    trials: int | None = None  # None: the effort's
+    effort: str = "default"
+    timeout: float | None = None
+    study_name: str | None = None
+    storage: str = DEFAULT_STORAGE
+    seed: int | None = 0
+    threads: int = 1
+    input_sets: int = 3
+    trial_timeout: float = 300.0
+    bisect_runs: int | None = None  # None: the backend's default
+    diagnose: int = 1  # hung trials rerun with the backend's diagnostic plan, at most this many
+    allow_changed: bool = False  # resume a study although its fingerprint changed
+    cache_root: Path = Path(".sktune/cache")
+    probe: bool = True  # per-op exactness probe (inductor), cached under cache_root
+    patience: int | None = None  # None: the effort's
+    stop_early: bool = True  # False: never stop for lack of gains (--no-stop)
+
+    @property
+    def resolved_effort(self) -> Effort:
+        """The effort preset with this run's overrides (trials, patience)."""
+        preset = EFFORTS[self.effort]
+        patience = (self.patience or preset.patience) if self.stop_early else None
+        return Effort(trials=self.trials or preset.trials, chunks=preset.chunks, patience=patience,
+                      confirm_top=preset.confirm_top)
+
+    @property
+    def study(self) -> str:
+        return self.study_name or f"{self.model_path.stem}-{self.backend}"

@@ -1,0 +1,98 @@
+"""The machine-readable result of a study (the README documents this contract)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import optuna
+
+from sktune.graph.grouping import group_ops
+from sktune.space.plan import Plan
+from sktune.tuning.records import (StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
+                                   speedup_interval, speedup_of)
+
+
+def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[dict[str, Any], bool, str]:
+    """The re-measurement of ``record`` when one was made for it, else the trial's own."""
+    confirm = study.user_attrs.get(key)
+    if confirm and confirm["trial"] == record.number:
+        return confirm["timing"], bool(confirm["bitwise"]) and record.feasible, "re-measured"
+    trial = study.trials[record.number]
+    return trial.user_attrs[TrialAttr.TIMING], record.feasible, "search"
+
+
+def summary(study: optuna.Study) -> dict[str, Any]:
+    """The machine-readable result (the README documents this contract)."""
+    recs = [r for r in records(study) if r.state in ("COMPLETE", "FAIL", "PRUNED")]
+    complete = [r for r in recs if r.state == "COMPLETE"]
+    best = best_record(study)
+    n_ops = len(study.user_attrs.get(StudyAttr.OPS, []))
+    fuse_all = anchor_record(study, "fuse-all")
+    overheads = [t.user_attrs[TrialAttr.OVERHEAD_S] for t in study.get_trials(deepcopy=False)
+                 if TrialAttr.OVERHEAD_S in t.user_attrs]
+    env = study.user_attrs.get(StudyAttr.ENVIRONMENT) or {}
+    emulated = env.get("emulated") == "true"
+    out: dict[str, Any] = {
+        "study": study.study_name,
+        "backend": study.user_attrs.get(StudyAttr.BACKEND),
+        # An emulated device's times come from its model, never from hardware: say so everywhere.
+        "device": "npu-emulator" if emulated else env.get("device") or "cpu",
+        "emulated": emulated,
+        "model": study.user_attrs.get(StudyAttr.MODEL),
+        "n_ops": n_ops,
+        "n_trials": len(recs),
+        "n_complete": len(complete),
+        "n_infeasible": sum(1 for r in complete if not r.feasible),
+        "n_failed": sum(1 for r in recs if r.state == "FAIL"),
+        "n_pruned": sum(1 for r in recs if r.state == "PRUNED"),
+        "stopped_early": study.user_attrs.get(StudyAttr.STOPPED_EARLY),
+        "finalists": study.user_attrs.get(StudyAttr.FINALISTS),
+        "input_sets": study.user_attrs.get(StudyAttr.INPUT_SETS),
+        "threads": study.user_attrs.get(StudyAttr.THREADS),
+        "baseline_s": None, "best_s": None, "speedup": None, "speedup_ci": None, "significant": False,
+        "best_fuses_nothing": False,
+        "verified_bitwise": False, "best_trial": None, "best_plan": None, "groups": [],
+        "fuse_all": None, "gain_kept": None,
+        "median_overhead_s": statistics.median(overheads) if overheads else None,
+        "profile_baseline": study.user_attrs.get(StudyAttr.PROFILE_BASELINE),
+        "profile_best": study.user_attrs.get(StudyAttr.PROFILE_BEST),
+    }
+    if best is not None and best.plan is not None and best.ratio_ci is not None:
+        plan = Plan.from_json(best.plan)
+        timing, bitwise, source = _confirmed(study, StudyAttr.CONFIRM_BEST, best)
+        groups = group_ops(n_ops, plan.scopes)
+        lo, hi = timing["ratio_ci"]
+        out.update(
+            baseline_s=timing["baseline_s"], best_s=timing["candidate_s"],
+            speedup=timing["baseline_s"] / timing["candidate_s"], speedup_ci=list(speedup_interval((lo, hi))),
+            # An unfused best runs the baseline itself: any "speedup" is noise by construction.
+            significant=hi < 1.0 and bool(groups), best_fuses_nothing=not groups,
+            timing_source=source, search_speedup=speedup_of(best.ratio),
+            verified_bitwise=bitwise, best_trial=best.number, best_plan=plan.to_json(),
+            groups=[list(g) for g in groups],
+        )
+    if fuse_all is not None and fuse_all.ratio is not None:
+        timing, _, source = _confirmed(study, StudyAttr.CONFIRM_FUSE_ALL, fuse_all)
+        out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing["baseline_s"],
+                           "time_s": timing["candidate_s"], "ratio": timing["ratio"],
+                           "ratio_ci": timing["ratio_ci"], "bitwise": fuse_all.feasible, "timing_source": source}
+        if out["best_s"] is not None and timing["ratio"] < 1 and out["baseline_s"]:
+            # Share of fuse-everything's gain that the best exact plan keeps (ratios: same-run baselines).
+            best_ratio = out["best_s"] / out["baseline_s"]
+            out["gain_kept"] = (1 - best_ratio) / (1 - timing["ratio"])
+    # The best's search ratio: the anchors' ratios are search ratios too (same kind of measurement).
+    out["anchors"] = anchor_comparison(study, best.ratio if best is not None else None)
+    return out
+
+
+def anchor_comparison(study: optuna.Study, best_ratio: float | None) -> list[dict[str, Any]]:
+    """Each measured starting point (anchor or seed) and how much faster the best plan is
+    (ratios to the unfused baseline of each one's own run, so they compare across runs)."""
+    out = []
+    for r in records(study):
+        if r.anchor is None or r.state != "COMPLETE" or not r.ratio:
+            continue
+        out.append({"anchor": r.anchor, "trial": r.number, "ratio": r.ratio, "bitwise": r.feasible,
+                    "best_speedup_over": best_ratio and r.ratio / best_ratio})
+    return out

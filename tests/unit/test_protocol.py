@@ -1,0 +1,55 @@
+"""Records that cross the worker pipe and the backend boundary survive JSON unchanged, and
+a malformed answer is named, not half-read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sktune.backends.inductor import InductorBackend
+from sktune.capabilities import Capabilities, OptionSpec
+from sktune.measure.stats import PairedTiming
+from sktune.space.plan import Plan, Scope
+from sktune.tuning.protocol import MalformedResult, TimingUpdate, TrialRequest, TrialResult
+
+
+def test_trial_request_and_result_round_trip_through_json() -> None:
+    request = TrialRequest(Plan.make([Scope(0, 3, "sk0")], {"fallback_ops": ["mean"]}), 10)
+    assert TrialRequest.from_json(json.loads(json.dumps(request.to_json()))) == request
+    result = TrialResult(False, ({"input_set": 1, "output_index": 0},), PairedTiming(2e-3, 1e-3, 0.5, (0.4, 0.6), 10),
+                         ((0, 1), (3,)), ((0, 1), (3, 3)), 1.5, 0.25, 0.5, {"fusion": {"planned": ["sk0"]}})
+    assert TrialResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+    update = TimingUpdate(PairedTiming(2e-3, 1e-3, 0.5, (0.4, 0.6), 20), 0.3)
+    assert TimingUpdate.from_json(json.loads(json.dumps(update.to_json()))) == update
+
+
+@pytest.mark.parametrize("answer", [{"garbage": True}, None, [1, 2]])
+def test_malformed_result_names_what_is_missing(answer: object) -> None:
+    with pytest.raises(MalformedResult, match=r"malformed result from the worker \(missing bitwise, mismatches"):
+        TrialResult.from_json(answer)
+
+
+def test_capabilities_round_trip_and_refuse_an_unknown_variant() -> None:
+    caps = Capabilities(options=(OptionSpec("x", (False, True), False, True, "doc", exact_choice=True),),
+                        fallback_candidates=("mean",), unsafe_op_types=frozenset({"mean"}), probes_exactness=True,
+                        fallback_option="fallback_ops", fuse_all_variants=("x",))
+    assert Capabilities.from_json(json.loads(json.dumps(caps.to_json()))) == caps
+    assert caps.narrowed(set()).options == () and caps.narrowed(set()).fuse_all_variants == ()
+    with pytest.raises(ValueError, match="not options of the backend"):
+        Capabilities(fuse_all_variants=("y",))
+    with pytest.raises(ValueError, match="anchor_set"):
+        Capabilities(anchor_set="mine")
+
+
+def test_inductor_declares_its_fuse_all_variant_and_fallbacks(tmp_path) -> None:
+    import torch
+
+    from sktune.graph.capture import capture
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Softmax(dim=-1))
+    graph = capture(model, (torch.randn(2, 8),))
+    caps = InductorBackend().capabilities(graph)
+    assert caps.fuse_all_variants == ("emulate_precision_casts",)
+    assert caps.fallback_option == "fallback_ops" and "softmax" in caps.fallback_candidates
+    assert caps.probes_exactness and "softmax" in caps.unsafe_op_types
