@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cli import sktune  # noqa: E402
+from tests.cli.test_cli import sktune
 
 from tests.report_fixtures import RealStudy, real_study  # noqa: E402, F401
 

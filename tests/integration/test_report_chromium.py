@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,7 @@ from typing import Any
 from sktune.report.html import write_report
 from tests.report_fixtures import EVIL, NPU_FUSION, ROOT, RealStudy, hostile_study, real_study  # noqa: F401
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
-from test_cli import sktune  # noqa: E402
+from tests.cli.test_cli import sktune
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
