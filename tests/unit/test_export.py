@@ -318,9 +318,10 @@ def test_cli_errors_are_one_message(tuned: TinyStudy, tmp_path: Path, args: list
     assert not (tmp_path / "sktune.db").exists()
 
 
-def test_cli_patch_refusal_points_to_apply(tuned: TinyStudy, tmp_path: Path) -> None:
-    result = sktune("export", "--study", tuned.name, "--storage", tuned.storage, "--format", "patch", cwd=tmp_path)
-    if result.returncode == 0:  # the best plan happened to map onto lines of one function
-        assert result.stdout.startswith("--- a/")
-        return
+def test_cli_patch_refusal_points_to_apply(straight, tmp_path: Path) -> None:
+    path, ops = straight
+    make_study(tmp_path, path, ops, Plan.make([Scope(4, 6, "sk1")]))  # spans two functions: no patch possible
+    result = sktune("export", "--study", "hand", "--storage", f"sqlite:///{tmp_path}/hand.db", "--format", "patch",
+                    cwd=tmp_path)
     assert result.returncode == 1 and "sktune.apply(" in result.stderr and "Traceback" not in result.stderr
+    assert "no single function holds it" in result.stderr and result.stdout == ""
