@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -16,8 +17,20 @@ MODELS = Path(__file__).resolve().parent.parent / "models"
 
 
 def start(args: list[str], cwd: Path) -> subprocess.Popen:
+    # faulthandler: a run that does not end can be made to print where it is (SIGABRT).
     return subprocess.Popen([sys.executable, "-m", "sktune", "run", *args], cwd=cwd,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def communicate(run: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """The run's output once it ended; if it has not ended within ``timeout``, its stacks."""
+    try:
+        return run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        run.send_signal(signal.SIGABRT)
+        _, err = run.communicate(timeout=30)
+        raise AssertionError(f"sktune run did not end within {timeout} s; where it was:\n{err[-8000:]}") from None
 
 
 def finished(storage, name: str) -> list:
@@ -56,7 +69,7 @@ def test_interrupted_run_resumes_without_losing_trials(tmp_path: Path, sig: sign
     run = start([*args, "--trials", "40"], tmp_path)
     wait_for_running(storage, "s", 2)
     run.send_signal(sig)
-    out, err = run.communicate(timeout=60)
+    out, err = communicate(run, 60)
     complete_before = {t.number for t in finished(storage, "s") if t.state == optuna.trial.TrialState.COMPLETE}
     if sig == signal.SIGINT:
         assert run.returncode == 130 and "run the same command again to resume" in err
