@@ -1,4 +1,5 @@
-"""Load the user's model file: ``build_model()`` and ``example_inputs(seed)``.
+"""Load the user's model file: ``build_model()``, ``example_inputs(seed)`` and, optionally,
+``input_shapes()`` with ``example_inputs(seed, shape)`` (one plan tuned for several shapes).
 
 The model file is user code and is executed on purpose, like a test file.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +24,11 @@ CONTRACT = (
     "    def build_model() -> torch.nn.Module: ...\n"
     "    def example_inputs(seed: int = 0) -> tuple[torch.Tensor, ...]: ..."
 )
+SHAPES_CONTRACT = (
+    "A model served at several shapes may also define:\n"
+    "    def input_shapes() -> dict[str, float]: ...  # shape name -> weight in the traffic mix\n"
+    "    def example_inputs(seed: int = 0, shape: str | None = None) -> tuple[torch.Tensor, ...]: ..."
+)
 
 
 @dataclass(frozen=True)
@@ -29,7 +37,8 @@ class ModelSource:
 
     path: Path
     build_model: Callable[[], torch.nn.Module]
-    example_inputs: Callable[[int], tuple[torch.Tensor, ...]]
+    example_inputs: Callable[..., tuple[torch.Tensor, ...]]
+    input_shapes: Callable[[], dict[str, float]] | None = None
 
     @property
     def sha256(self) -> str:
@@ -58,7 +67,49 @@ def load_model_file(path: str | Path) -> ModelSource:
     missing = [name for name in ("build_model", "example_inputs") if not callable(getattr(module, name, None))]
     if missing:
         raise ModelFileError(f"{path} does not define {' and '.join(missing)}.\n{CONTRACT}")
-    return ModelSource(path=path, build_model=module.build_model, example_inputs=module.example_inputs)
+    shapes = getattr(module, "input_shapes", None)
+    if shapes is not None and not callable(shapes):
+        raise ModelFileError(f"input_shapes in {path} must be a function.\n{SHAPES_CONTRACT}")
+    if shapes is not None and "shape" not in inspect.signature(module.example_inputs).parameters:
+        raise ModelFileError(
+            f"{path} defines input_shapes() but example_inputs takes no 'shape' argument.\n{SHAPES_CONTRACT}")
+    return ModelSource(path=path, build_model=module.build_model, example_inputs=module.example_inputs,
+                       input_shapes=shapes)
+
+
+def shape_weights(source: ModelSource, only: tuple[str, ...] | None = None) -> dict[str, float]:
+    """The model's shapes and their weights, in its order; ``{}`` for a one-shape model.
+
+    ``only`` picks a subset (``--shapes``); naming a shape the model does not have is an error.
+    """
+    if source.input_shapes is None:
+        if only:
+            raise ModelFileError(f"--shapes: {source.path} defines no input_shapes().\n{SHAPES_CONTRACT}")
+        return {}
+    try:
+        declared = source.input_shapes()
+    except Exception as exc:
+        raise ModelFileError(f"input_shapes() in {source.path} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(declared, dict) or not declared:
+        raise ModelFileError(f"input_shapes() in {source.path} must return a non-empty dict of "
+                             f"shape name -> weight, got {declared!r}.\n{SHAPES_CONTRACT}")
+    weights: dict[str, float] = {}
+    for name, weight in declared.items():
+        if not isinstance(name, str) or not name or "," in name:
+            raise ModelFileError(f"input_shapes() in {source.path}: shape name {name!r} must be a "
+                                 "non-empty string without commas")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
+                or weight <= 0:
+            raise ModelFileError(f"input_shapes() in {source.path}: the weight of {name!r} must be a "
+                                 f"positive number, got {weight!r}")
+        weights[name] = float(weight)
+    if only:
+        unknown = [name for name in only if name not in weights]
+        if unknown:
+            raise ModelFileError(f"--shapes: {', '.join(unknown)} not among the shapes of {source.path} "
+                                 f"({', '.join(weights)})")
+        weights = {name: w for name, w in weights.items() if name in only}
+    return weights
 
 
 def build(source: ModelSource) -> torch.nn.Module:
@@ -74,17 +125,18 @@ def build(source: ModelSource) -> torch.nn.Module:
     return model.eval()
 
 
-def draw_inputs(source: ModelSource, seed: int) -> tuple[torch.Tensor, ...]:
-    """Call ``example_inputs(seed)`` and check it returns a tuple of tensors."""
+def draw_inputs(source: ModelSource, seed: int, shape: str | None = None) -> tuple[torch.Tensor, ...]:
+    """Call ``example_inputs(seed)`` (or ``(seed, shape=shape)``) and check it returns a tuple of tensors."""
+    call = f"example_inputs({seed})" if shape is None else f"example_inputs({seed}, shape={shape!r})"
     try:
-        inputs = source.example_inputs(seed)
+        inputs = source.example_inputs(seed) if shape is None else source.example_inputs(seed, shape=shape)
     except Exception as exc:
-        raise ModelFileError(f"example_inputs({seed}) in {source.path} raised {type(exc).__name__}: {exc}") from exc
+        raise ModelFileError(f"{call} in {source.path} raised {type(exc).__name__}: {exc}") from exc
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
     if not isinstance(inputs, (tuple, list)) or not all(isinstance(t, torch.Tensor) for t in inputs):
         raise ModelFileError(
-            f"example_inputs({seed}) in {source.path} must return a tuple of tensors, "
+            f"{call} in {source.path} must return a tuple of tensors, "
             f"got {type(inputs).__name__}.\n{CONTRACT}"
         )
     return tuple(inputs)

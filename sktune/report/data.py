@@ -67,6 +67,18 @@ def anchors(summary: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["anchor", "trial", "ratio", "bitwise", "best_speedup_over"])
 
 
+def shapes(summary: dict[str, Any]) -> pd.DataFrame:
+    """Per served shape: the one plan against unfused and against the best plan for that shape alone."""
+    columns = ["shape", "weight", "baseline_s", "best_s", "speedup", "speedup_lo", "speedup_hi", "bitwise",
+               "best_alone_trial", "best_alone_speedup", "regret"]
+    rows = [{"shape": name, "weight": s["weight"], "baseline_s": s["baseline_s"], "best_s": s["best_s"],
+             "speedup": s["speedup"], "speedup_lo": s["speedup_ci"][0], "speedup_hi": s["speedup_ci"][1],
+             "bitwise": "yes" if s["verified_bitwise"] else "no", "best_alone_trial": s.get("best_alone_trial"),
+             "best_alone_speedup": s.get("best_alone_speedup"), "regret": s.get("regret")}
+            for name, s in (summary.get("shapes") or {}).items()]
+    return pd.DataFrame(rows, columns=columns)
+
+
 def fusion_fail_reasons(study: optuna.Study) -> pd.DataFrame:
     """Scopes or ops the backend could not fuse, grouped by its reason (npu: CANN's names)."""
     rows = []

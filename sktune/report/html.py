@@ -124,7 +124,24 @@ def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
     return (f'<h2 id="summary">1. Summary</h2><p class="verdict">{_e(data.verdict(summary))}</p>'
             f"<p>{_e(counts)} {_e(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
             "the same run (&lt; 1 is faster); a gain is real only when its interval excludes 1.</p>"
-            f"{comp_html}{_anchors(summary)}<h3>Environment</h3>{env}")
+            f"{comp_html}{_shapes(summary)}{_anchors(summary)}<h3>Environment</h3>{env}")
+
+
+def _shapes(summary: dict[str, Any]) -> str:
+    frame = data.shapes(summary)
+    if frame.empty:
+        return ""
+    rows = [[_cell(r.shape), _cell(r.weight, _num(r.weight, "g")),
+             _cell(r.baseline_s * 1e6, _num(r.baseline_s * 1e6, ".1f")), _cell(r.best_s * 1e6, _num(r.best_s * 1e6, ".1f")),
+             _cell(r.speedup, _num(r.speedup, ".2f") + "× " + _interval(r.speedup_lo, r.speedup_hi)),
+             _cell(r.bitwise), _cell(r.best_alone_speedup, "—" if pd.isna(r.best_alone_speedup) else
+                                     f"{r.best_alone_speedup:.2f}× (trial {int(r.best_alone_trial)})"),
+             _cell(r.regret, "—" if pd.isna(r.regret) else f"{r.regret:+.1%}")] for r in frame.itertuples()]
+    return ("<h3>One plan for every served shape</h3><p>Each shape timed against its own unfused baseline. "
+            "<i>Best alone</i> is the fastest plan found that is exact at that shape, whatever it does at the "
+            "others; the regret is what serving every shape with one plan costs there (search timings).</p>"
+            + _table(["shape", "weight", "unfused µs", "plan µs", "speedup [95 %]", "bitwise", "best alone",
+                      "regret"], rows))
 
 
 def _anchors(summary: dict[str, Any]) -> str:

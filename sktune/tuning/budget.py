@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from sktune.tuning.records import StudyAttr, TrialAttr, feasible_ratios, is_feasible, skipped
+from sktune.tuning.records import StudyAttr, TrialAttr, feasible_ratios, heaviest_shape_ratio, is_feasible, skipped
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +39,21 @@ class ClearlyWorsePruner(optuna.pruners.BasePruner):
     The objective reports the *lower* end of the 95 % interval of the candidate's time
     ratio after each measurement step: if even that is slower than the best exact trial
     so far, more batches cannot make it the best.
+
+    Several shapes: the steps are timed at the heaviest shape, and the yardstick is the best
+    trial's ratio at that shape (a plan clearly slower there is dropped before the others).
     """
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
         step = trial.last_step
         if step is None:
             return False
-        ratios = feasible_ratios(study)
-        return bool(ratios) and trial.intermediate_values[step] > min(ratios)
+        feasible = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                    if is_feasible(t) and t.value is not None]
+        if not feasible:
+            return False
+        best = min(feasible, key=lambda t: t.value)  # type: ignore[arg-type, return-value]
+        return trial.intermediate_values[step] > heaviest_shape_ratio(best)
 
 
 class TrialBudget:

@@ -5,6 +5,11 @@ benchmark's replay (a table of measurements): it takes any ``TrialWorker``. A tr
 skipped without a compile when the exactness probe calls its plan hopeless, timed in
 steps with pruning between them, constrained by its mismatch count (≤ 0: bitwise-exact),
 and, when not exact, bisected for the smallest failing op range.
+
+For a model served at several shapes, a trial is measured first at the heaviest shape,
+where it may be pruned; only a plan that is still exact (or an anchor) is then verified
+and timed at every other shape. Its score is the weighted geometric mean of the
+per-shape ratios and its constraint the mismatch count over all shapes.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.protocol import TrialRequest, TrialWorker, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
+from sktune.tuning.shapes import ShapeOutcome, weighted_timing
 from sktune.tuning.storage import worker_tag
 
 DEVICE_LOG_HINT = "per-core op progress is in the device log (ASCEND_PROCESS_LOG_PATH, else ~/ascend/log)"
@@ -38,6 +44,7 @@ class ObjectiveRules:
     bisect_runs: int = 0  # compile+verify runs to locate the op range behind a mismatch
     diagnoses: int = 0  # hung trials rerun with the diagnostic plan, at most this many
     diagnostic_plan: Callable[[Plan], Plan | None] = lambda plan: None
+    shapes: tuple[tuple[str, float], ...] = ()  # (name, weight), heaviest first; (): a model without shapes
 
 
 def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRules, targets: Sequence[str],
@@ -88,7 +95,8 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         trial.set_user_attr(TrialAttr.COMPILE_S, result.compile_s)
         trial.set_user_attr(TrialAttr.VERIFY_S, result.verify_s)
         trial.set_user_attr(TrialAttr.OBSERVED, result.observed)
-        trial.set_user_attr(TrialAttr.OVERHEAD_S, wall - result.measure_s)
+        overhead_s = wall - result.measure_s
+        trial.set_user_attr(TrialAttr.OVERHEAD_S, overhead_s)
         timing, measure_s = result.timing, result.measure_s
         # An inexact candidate is rejected whatever its speed: one step of timing is enough
         # (anchors are timed fully: fuse-all's time is the yardstick for what exactness costs).
@@ -106,9 +114,30 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             if isinstance(more, WorkerFailure):
                 raise fail(trial, more)
             timing, measure_s, done = more.timing, measure_s + more.measure_s, done + chunk
+        mismatches = len(result.mismatches)
+        if rules.shapes:  # named shapes (even one: the summary and export name it)
+            outcomes = {rules.shapes[0][0]: ShapeOutcome(rules.shapes[0][1], timing, mismatches)}
+            if result.bitwise or anchor:  # an inexact plan is rejected already: spare the other shapes
+                for name, weight in rules.shapes[1:]:
+                    started = time.perf_counter()
+                    other = worker.run(TrialRequest(plan, sum(chunks), name), timeout)
+                    if isinstance(other, WorkerFailure):
+                        raise fail(trial, other)
+                    overhead_s += time.perf_counter() - started - other.measure_s
+                    trial.set_user_attr(TrialAttr.OVERHEAD_S, overhead_s)  # compile + verify at every shape
+                    outcomes[name] = ShapeOutcome(weight, other.timing, len(other.mismatches))
+                    measure_s += other.measure_s
+                    if other.mismatches:
+                        trial.set_user_attr(TrialAttr.MISMATCHES, list(result.mismatches) + [
+                            {"shape": name, **m} for m in other.mismatches][:20])
+                        if not anchor:
+                            break  # not exact at this shape: rejected, the rest would not change that
+            trial.set_user_attr(TrialAttr.SHAPES, {n: o.to_json() for n, o in outcomes.items()})
+            timing = weighted_timing(outcomes)
+            mismatches = sum(o.mismatches for o in outcomes.values())
         trial.set_user_attr(TrialAttr.TIMING, timing.to_json())
         trial.set_user_attr(TrialAttr.MEASURE_S, measure_s)
-        trial.set_constraint(BITWISE_CONSTRAINT, float(len(result.mismatches)))
+        trial.set_constraint(BITWISE_CONSTRAINT, float(mismatches))
         if result.mismatches and rules.bisect_runs > 0:
             found = worker.bisect(plan, rules.bisect_runs, timeout)
             if not isinstance(found, WorkerFailure):

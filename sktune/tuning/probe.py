@@ -48,10 +48,12 @@ def isolating_span(i: int, n_ops: int, legal: set[int]) -> tuple[int, int]:
     return first, last
 
 
-def probe_exactness(runner: Any, cache_file: Path | None, exact_options: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{op type: {"alone": bitwise?, "exact_options": bitwise with them? (None: not tried), "op": i}}``."""
+def probe_exactness(runner: Any, cache_file: Path | None, exact_options: dict[str, Any],
+                    shape: str | None = None) -> dict[str, dict[str, Any]]:
+    """``{op type: {"alone": bitwise?, "exact_options": bitwise with them? (None: not tried), "op": i}}``,
+    at ``shape`` (None: the model's heaviest or only shape)."""
     cache = _load(cache_file)
-    graph = runner.graph
+    graph = runner.shape(shape).graph
     nodes = graph.op_nodes
     legal = set(graph.boundaries)
     n_ops = len(graph.ops)
@@ -63,14 +65,29 @@ def probe_exactness(runner: Any, cache_file: Path | None, exact_options: dict[st
         if key not in cache:
             first, last = isolating_span(i, n_ops, legal)
             scopes = [Scope(first, last, "probe")]
-            alone = runner.mismatches(Plan.make(scopes, {})) == 0
+            alone = runner.mismatches(Plan.make(scopes, {}), shape) == 0
             fixed = None
             if not alone and exact_options:
-                fixed = runner.mismatches(Plan.make(scopes, dict(exact_options))) == 0
+                fixed = runner.mismatches(Plan.make(scopes, dict(exact_options)), shape) == 0
             cache[key] = {"alone": alone, "exact_options": fixed}
             log.debug("probe %s (ops %d..%d): alone=%s exact_options=%s", op.target, first, last, alone, fixed)
         out[op.target] = {**cache[key], "op": i}
     _save(cache_file, cache)
+    return out
+
+
+def across_shapes(answers: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """One answer per op type for a plan that must be exact at every shape: exact alone only
+    if it is at each shape; fixed by the exact options only if each shape is exact alone or fixed."""
+    first = answers[0]
+    if len(answers) == 1:
+        return first
+    out: dict[str, dict[str, Any]] = {}
+    for target, answer in first.items():
+        each = [a[target] for a in answers if target in a]
+        alone = all(a["alone"] for a in each)
+        fixed = None if alone else all(bool(a["alone"] or a["exact_options"]) for a in each)
+        out[target] = {"alone": alone, "exact_options": fixed, "op": answer["op"]}
     return out
 
 

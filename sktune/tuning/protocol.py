@@ -33,19 +33,21 @@ class MalformedResult(ValueError):
 
 @dataclass(frozen=True)
 class TrialRequest:
-    """Apply ``plan``, verify it on every input set, then time ``n_batches`` pairs
-    (None: the runner's configured number)."""
+    """Apply ``plan`` at ``shape``, verify it on every input set of that shape, then time
+    ``n_batches`` pairs against that shape's baseline (None: the runner's configured
+    number; shape None: the model's heaviest shape, or its only one)."""
 
     plan: Plan
     n_batches: int | None = None
+    shape: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"plan": self.plan.to_json(), "n_batches": self.n_batches}
+        return {"plan": self.plan.to_json(), "n_batches": self.n_batches, "shape": self.shape}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TrialRequest":
         n = data.get("n_batches")
-        return cls(Plan.from_json(data["plan"]), None if n is None else int(n))
+        return cls(Plan.from_json(data["plan"]), None if n is None else int(n), data.get("shape"))
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ class TrialAttr:
     OBSERVED = "observed"  # backend facts about the run (what really fused)
     TIMING = "timing"  # PairedTiming as JSON
     SMALLEST_FAILING_RANGE = "smallest_failing_range"
+    SHAPES = "shapes"  # per served shape: weight, timing, mismatches (heaviest first); TIMING is their weighted mean
 
 
 class StudyAttr:
@@ -58,6 +59,8 @@ class StudyAttr:
     STARTUP_S = "startup_s"
     MODEL_SHA256 = "model_sha256"
     INPUT_SHAPES = "input_shapes"
+    SHAPES = "shapes"  # {name: {weight, input_shapes}} of a multi-shape study, heaviest first; absent: one shape
+    WARM_START = "warm_start"  # the earlier studies whose best plans were enqueued, and how they were mapped
     STOPPED_EARLY = "stopped_early"
     FINALISTS = "finalists"
     CONFIRM_BEST = "confirm_best"
@@ -85,6 +88,14 @@ def feasible_ratios(study: optuna.Study) -> list[float]:
     """Time ratios of the complete, bitwise-exact trials."""
     return [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if is_feasible(t) and has_ratio(t)]  # type: ignore[misc]
+
+
+def heaviest_shape_ratio(trial: FrozenTrial) -> float:
+    """The trial's time ratio at the heaviest shape (its only ratio for a one-shape model)."""
+    shapes = trial.user_attrs.get(TrialAttr.SHAPES)
+    if shapes:
+        return float(next(iter(shapes.values()))["timing"]["ratio"])
+    return float(trial.value)  # type: ignore[arg-type]
 
 
 def speedup_of(ratio: float) -> float:

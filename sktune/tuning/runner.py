@@ -14,15 +14,16 @@ from typing import Any
 import torch
 
 from sktune.backends import get_backend
-from sktune.errors import ModelFileError, NondeterministicModelError
+from sktune.errors import CaptureError, ModelFileError, NondeterministicModelError
 from sktune.graph.aliasing import kernelless_ops
 from sktune.graph.capture import capture
 from sktune.graph.grouping import group_ops, regions
-from sktune.load import build, draw_inputs, load_model_file
+from sktune.graph.opgraph import OpGraph
+from sktune.load import build, draw_inputs, load_model_file, shape_weights
 from sktune.measure.op_profile import profile_ops
 from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.space.plan import Plan, Scope
-from sktune.tuning.probe import probe_exactness
+from sktune.tuning.probe import across_shapes, probe_exactness
 from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult
 from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
 
@@ -38,6 +39,23 @@ class RunnerConfig:
     n_batches: int = 30  # interleaved pairs; ~0.3 s per side: cheap next to a compile
     batch_target_s: float = 0.005
     probe_cache: str | None = None  # JSON file of exactness-probe answers; None: do not probe
+    shapes: tuple[str, ...] | None = None  # the model's shapes to tune for (--shapes); None: all
+
+
+@dataclass
+class ShapeSet:
+    """One served shape: its own captured graph (shapes are static), input sets and references.
+
+    One plan serves every shape, so every shape's graph has the same ops in the same order.
+    """
+
+    name: str | None  # None: a model without input_shapes()
+    weight: float
+    graph: OpGraph
+    inputs: list[tuple[torch.Tensor, ...]]
+    args: list[list[torch.Tensor]]
+    reference_fn: Any
+    references: list[list[torch.Tensor]]
 
 
 class TrialRunner:
@@ -56,26 +74,25 @@ class TrialRunner:
         self.source = source
         device = self.backend.device
         model = build(source).to(device)
-        self.inputs = [tuple(t.to(device) for t in draw_inputs(source, seed)) for seed in range(config.input_sets)]
-        _check_same_signature(self.inputs, source.path)
-        _check_outputs_and_mutation(model, self.inputs[0], source.path)
+        self.weights = shape_weights(source, config.shapes)  # {}: one shape, as the model draws it
+        # The heaviest shape first: it is measured first and prunes for the others.
+        names: list[str | None] = sorted(self.weights, key=lambda n: -self.weights[n]) or [None]
+        drawn = {name: [tuple(t.to(device) for t in draw_inputs(source, seed, name))
+                        for seed in range(config.input_sets)] for name in names}
+        for inputs in drawn.values():
+            _check_same_signature(inputs, source.path)
+        _check_outputs_and_mutation(model, drawn[names[0]][0], source.path)
         self.startup_s["load"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        self.graph = capture(model, self.inputs[0])
+        graphs = {name: capture(model, drawn[name][0]) for name in names}
+        for name in names[1:]:
+            _check_same_ops(graphs[names[0]], graphs[name], names[0], name)
         self.startup_s["capture"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        self.args = [self.graph.args_for(inputs) for inputs in self.inputs]
-        self.reference_fn = self.backend.reference(self.graph)
-        self.references = [flatten_outputs(self.reference_fn(*args)) for args in self.args]
-        for k, args in enumerate(self.args):
-            again = compare_outputs(self.references[k], flatten_outputs(self.reference_fn(*args)))
-            if again:
-                raise NondeterministicModelError(
-                    f"the model is nondeterministic: two unfused runs on input set {k} differ "
-                    f"(output {again[0].output_index}: {again[0].count} elements, max {again[0].max_ulp} ULP). "
-                    "Bitwise verification needs a deterministic model (no dropout in train mode, "
-                    "no random ops in forward, deterministic kernels)."
-                )
+        self.shape_sets = {name: self._shape_set(name, graphs[name], drawn[name]) for name in names}
+        primary = self.shape_sets[names[0]]
+        self.graph, self.inputs, self.args = primary.graph, primary.inputs, primary.args
+        self.reference_fn, self.references = primary.reference_fn, primary.references
         self.backend.observe(lambda: self.reference_fn(*self.args[0]))
         self.startup_s["reference"] = time.perf_counter() - clock
         clock = time.perf_counter()
@@ -87,9 +104,37 @@ class TrialRunner:
         self.exactness: dict[str, Any] = {}
         if config.probe_cache is not None and self.capabilities.probes_exactness:
             exact = {o.name: o.exact_choice for o in self.capabilities.options if o.exact_choice is not None}
-            self.exactness = probe_exactness(self, Path(config.probe_cache), exact)
+            # Per shape: an op can be exact at one size and not at another (vector tails); the
+            # cache, keyed by input shapes, answers repeated shapes without a compile.
+            self.exactness = across_shapes([probe_exactness(self, Path(config.probe_cache), exact, name)
+                                            for name in self.shape_sets])
         self.startup_s["probe"] = time.perf_counter() - clock
-        self._current: tuple[Any, list[float], list[float]] | None = None  # candidate being measured
+        self._current: tuple[Any, ShapeSet, list[float], list[float]] | None = None  # candidate being measured
+
+    def _shape_set(self, name: str | None, graph: OpGraph, inputs: list[tuple[torch.Tensor, ...]]) -> ShapeSet:
+        """Capture's companion: the shape's unfused references, checked to be deterministic."""
+        args = [graph.args_for(i) for i in inputs]
+        reference_fn = self.backend.reference(graph)
+        references = [flatten_outputs(reference_fn(*a)) for a in args]
+        for k, a in enumerate(args):
+            again = compare_outputs(references[k], flatten_outputs(reference_fn(*a)))
+            if again:
+                at = "" if name is None else f" at shape {name!r}"
+                raise NondeterministicModelError(
+                    f"the model is nondeterministic: two unfused runs on input set {k}{at} differ "
+                    f"(output {again[0].output_index}: {again[0].count} elements, max {again[0].max_ulp} ULP). "
+                    "Bitwise verification needs a deterministic model (no dropout in train mode, "
+                    "no random ops in forward, deterministic kernels)."
+                )
+        return ShapeSet(name, self.weights.get(name or "", 1.0), graph, inputs, args, reference_fn, references)
+
+    def shape(self, name: str | None) -> ShapeSet:
+        """The named shape (None: the heaviest, which the plain requests use)."""
+        if name is None:
+            return next(iter(self.shape_sets.values()))
+        if name not in self.shape_sets:
+            raise ValueError(f"unknown shape {name!r} (known: {', '.join(map(str, self.shape_sets))})")
+        return self.shape_sets[name]
 
     def describe(self) -> dict[str, Any]:
         """What the tuner's main process needs: ops, cuts, what the backend can tune."""
@@ -104,6 +149,9 @@ class TrialRunner:
             "startup_s": self.startup_s,
             "model_sha256": self.source.sha256,
             "input_shapes": [[list(t.shape), str(t.dtype)] for t in self.inputs[0]],
+            # Heaviest first; empty for a model without input_shapes().
+            "shapes": {name: {"weight": s.weight, "input_shapes": [[list(t.shape), str(t.dtype)] for t in s.inputs[0]]}
+                       for name, s in self.shape_sets.items() if name is not None},
         }
 
     def run(self, request: TrialRequest) -> TrialResult:
@@ -112,18 +160,18 @@ class TrialRunner:
         Only ``request.n_batches`` pairs are timed when it is set (``more`` extends the
         measurement of the same candidate).
         """
-        plan = request.plan
+        plan, shape = request.plan, self.shape(request.shape)
         n_batches = self.config.n_batches if request.n_batches is None else request.n_batches
         n_ops = len(self.graph.ops)
         started = time.perf_counter()
-        candidate = self.backend.compile(self.graph, plan)
+        candidate = self.backend.compile(shape.graph, plan)  # one graph per shape, as npugraph_ex captures
         compiled = time.perf_counter()
         mismatches = []
-        for k, args in enumerate(self.args):
-            found = compare_outputs(self.references[k], flatten_outputs(candidate(*args)))
+        for k, args in enumerate(shape.args):
+            found = compare_outputs(shape.references[k], flatten_outputs(candidate(*args)))
             mismatches += [{"input_set": k, **m.to_json()} for m in found]
         verified = time.perf_counter()
-        self._current = (candidate, [], [])
+        self._current = (candidate, shape, [], [])
         timing, observed = self._measure(n_batches)
         measured = time.perf_counter()
         if "superkernels" in observed:
@@ -143,40 +191,45 @@ class TrialRunner:
         timing, _ = self._measure(n_batches)
         return TimingUpdate(timing, time.perf_counter() - started)
 
-    def _time_batches(self, candidate: Any, n_batches: int) -> tuple[list[float], list[float], dict[str, Any]]:
-        """``n_batches`` interleaved pairs of the baseline and ``candidate`` on input set 0."""
-        args0 = self.args[0]
-        return self.backend.time_batches(lambda: self.reference_fn(*args0), lambda: candidate(*args0),
+    def _time_batches(self, candidate: Any, n_batches: int,
+                      shape: ShapeSet | None = None) -> tuple[list[float], list[float], dict[str, Any]]:
+        """``n_batches`` interleaved pairs of the shape's baseline and ``candidate`` on input set 0."""
+        shape = shape or self.shape(None)
+        args0, reference_fn = shape.args[0], shape.reference_fn
+        return self.backend.time_batches(lambda: reference_fn(*args0), lambda: candidate(*args0),
                                          n_batches=n_batches, batch_target_s=self.config.batch_target_s)
 
     def _measure(self, n_batches: int) -> tuple[PairedTiming, dict[str, Any]]:
         assert self._current is not None
-        candidate, base, cand = self._current
-        b, c, observed = self._time_batches(candidate, n_batches)
+        candidate, shape, base, cand = self._current
+        b, c, observed = self._time_batches(candidate, n_batches, shape)
         base += b
         cand += c
         return paired_timing(base, cand), observed
 
     def confirm(self, request: dict[str, Any]) -> dict[str, Any]:
         """Re-time several plans in one interleaved round: every candidate's pairs are spread
-        over the same stretch of time, so a quiet or busy minute favours none of them."""
-        compiled = [self.backend.compile(self.graph, Plan.from_json(p)) for p in request["plans"]]
+        over the same stretch of time, so a quiet or busy minute favours none of them.
+        ``request["shape"]`` names the shape (absent: the heaviest)."""
+        shape = self.shape(request.get("shape"))
+        compiled = [self.backend.compile(shape.graph, Plan.from_json(p)) for p in request["plans"]]
         rounds, per_round = int(request.get("rounds", 6)), int(request.get("n_batches", 5))
         samples: list[tuple[list[float], list[float]]] = [([], []) for _ in compiled]
         for r in range(rounds):
             order = list(range(len(compiled)))
             order = order[r % len(order):] + order[:r % len(order)]  # nobody always goes first
             for k in order:
-                b, c, _ = self._time_batches(compiled[k], per_round)
+                b, c, _ = self._time_batches(compiled[k], per_round, shape)
                 samples[k][0].extend(b)
                 samples[k][1].extend(c)
         return {"timings": [paired_timing(b, c).to_json() for b, c in samples]}
 
-    def mismatches(self, plan: Plan) -> int:
-        """How many outputs differ from the reference, over all input sets."""
-        candidate = self.backend.compile(self.graph, plan)
+    def mismatches(self, plan: Plan, shape: str | None = None) -> int:
+        """How many outputs differ from the reference, over all input sets of ``shape``."""
+        at = self.shape(shape)
+        candidate = self.backend.compile(at.graph, plan)
         return sum(len(compare_outputs(ref, flatten_outputs(candidate(*args))))
-                   for ref, args in zip(self.references, self.args))
+                   for ref, args in zip(at.references, at.args))
 
     def bisect(self, request: dict[str, Any]) -> dict[str, Any]:
         """The smallest op range that still breaks bitwise equality, found by halving.
@@ -249,6 +302,25 @@ def _check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path
                 f"example_inputs({seed}) in {path} returns other shapes or dtypes than example_inputs(0); "
                 "each seed must draw new values with the same shapes and dtypes"
             )
+
+
+def _check_same_ops(first: OpGraph, other: OpGraph, first_name: str | None, other_name: str | None) -> None:
+    """Op indices, and so plans, must mean the same at every shape: the same ops, in order."""
+    for a, b in zip(first.ops, other.ops):
+        if (a.target, a.module) != (b.target, b.module):
+            raise CaptureError(
+                f"shapes {first_name!r} and {other_name!r} capture different graphs: op {a.index} is "
+                f"{a.target} ({a.module or 'top level'}{', ' + a.source if a.source else ''}) at {first_name!r} "
+                f"but {b.target} ({b.module or 'top level'}{', ' + b.source if b.source else ''}) at "
+                f"{other_name!r}. One plan serves every shape, so every shape must run the same ops "
+                "(a shape-dependent branch in forward breaks this)")
+    if len(first.ops) != len(other.ops):
+        n = min(len(first.ops), len(other.ops))
+        longer, name = (first, first_name) if len(first.ops) > n else (other, other_name)
+        raise CaptureError(
+            f"shapes {first_name!r} and {other_name!r} capture different graphs: {len(first.ops)} ops at "
+            f"{first_name!r}, {len(other.ops)} at {other_name!r}; the first extra op is {longer.ops[n].target} "
+            f"(op {n}, at {name!r}). One plan serves every shape, so every shape must run the same ops")
 
 
 def _check_outputs_and_mutation(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> None:

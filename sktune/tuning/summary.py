@@ -11,6 +11,7 @@ from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan
 from sktune.tuning.records import (StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
                                    speedup_interval, speedup_of)
+from sktune.tuning.shapes import shapes_summary
 
 
 def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[dict[str, Any], bool, str]:
@@ -72,6 +73,14 @@ def summary(study: optuna.Study) -> dict[str, Any]:
             verified_bitwise=bitwise, best_trial=best.number, best_plan=plan.to_json(),
             groups=[list(g) for g in groups],
         )
+        study_shapes = study.user_attrs.get(StudyAttr.SHAPES)
+        if study_shapes:  # the top-level figures above are the weighted ones
+            confirm = study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}
+            searched = study.trials[best.number].user_attrs.get(TrialAttr.SHAPES) or {}
+            chosen = confirm.get("shapes") if source == "re-measured" and confirm.get("shapes") else searched
+            out["shapes"] = shapes_summary(study_shapes, chosen, searched, study.get_trials(deepcopy=False))
+    if study.user_attrs.get(StudyAttr.SHAPES) and "shapes" not in out:
+        out["shapes"] = {}  # tuned for several shapes, but no plan is exact at all of them
     if fuse_all is not None and fuse_all.ratio is not None:
         timing, _, source = _confirmed(study, StudyAttr.CONFIRM_FUSE_ALL, fuse_all)
         out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing["baseline_s"],

@@ -41,3 +41,48 @@ def test_non_module_and_non_tensor_inputs(tmp_path: Path) -> None:
         build(source)
     with pytest.raises(ModelFileError, match="tuple of tensors"):
         draw_inputs(source, 0)
+
+
+def shapes_file(tmp_path: Path, shapes: str, inputs_args: str = "seed=0, shape=None") -> Path:
+    path = tmp_path / "shaped.py"
+    path.write_text("import torch\n\ndef build_model():\n    return torch.nn.Identity()\n\n"
+                    f"def input_shapes():\n    return {shapes}\n\n"
+                    f"def example_inputs({inputs_args}):\n"
+                    "    return (torch.zeros({'a': 1, 'b': 4}.get(shape or 'a', 2), 3),)\n")
+    return path
+
+
+def test_input_shapes_weights_subset_and_named_draws(tmp_path: Path) -> None:
+    from sktune.load import shape_weights
+
+    source = load_model_file(shapes_file(tmp_path, "{'a': 0.25, 'b': 3}"))
+    assert shape_weights(source) == {"a": 0.25, "b": 3.0}
+    assert shape_weights(source, ("b",)) == {"b": 3.0}
+    assert draw_inputs(source, 0, "b")[0].shape == (4, 3)
+    assert draw_inputs(source, 0)[0].shape == (1, 3)  # shape=None: the first one
+    with pytest.raises(ModelFileError, match="--shapes: c not among the shapes .* \\(a, b\\)"):
+        shape_weights(source, ("c",))
+
+
+def test_a_model_without_input_shapes_has_one_unnamed_shape(test_models: Path) -> None:
+    from sktune.load import shape_weights
+
+    source = load_model_file(test_models / "tiny_norm.py")
+    assert shape_weights(source) == {}
+    with pytest.raises(ModelFileError, match="defines no input_shapes"):
+        shape_weights(source, ("bs1",))
+
+
+@pytest.mark.parametrize(("shapes", "inputs_args", "message"), [
+    ("{}", "seed=0, shape=None", "non-empty dict"),
+    ("[('a', 1)]", "seed=0, shape=None", "non-empty dict"),
+    ("{'a': 0}", "seed=0, shape=None", "weight of 'a' must be a positive number"),
+    ("{'a': float('nan')}", "seed=0, shape=None", "positive number"),
+    ("{'a,b': 1}", "seed=0, shape=None", "without commas"),
+    ("{'a': 1}", "seed=0", "takes no 'shape' argument"),
+])
+def test_bad_input_shapes_are_named(tmp_path: Path, shapes: str, inputs_args: str, message: str) -> None:
+    from sktune.load import shape_weights
+
+    with pytest.raises(ModelFileError, match=message):
+        shape_weights(load_model_file(shapes_file(tmp_path, shapes, inputs_args)))
