@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -41,6 +42,9 @@ class TunedPlan:
     plan: Plan
     n_ops: int | None = None
     op_types: tuple[str, ...] | None = None
+    # The user inputs' [shape, dtype] at each shape the plan was verified on, by shape name
+    # (an export document says; None: unknown, nothing is checked).
+    verified_shapes: dict[str, list[list[Any]]] | None = None
 
     @classmethod
     def parse(cls, plan: Plan | dict[str, Any]) -> "TunedPlan":
@@ -49,16 +53,35 @@ class TunedPlan:
             return cls(plan)
         if not isinstance(plan, dict):
             raise PlanError(f"expected a Plan or a plan dict, got {type(plan).__name__}")
-        n_ops, op_types = plan.get("n_ops"), None
+        n_ops, op_types, verified = plan.get("n_ops"), None, None
         if EXPORT_VERSION_KEY in plan:  # the whole `sktune export --format json` document
             provenance = plan.get("provenance") or {}
             n_ops, op_types = provenance.get("n_ops"), provenance.get("op_types")
+            verified = provenance.get("verified_shapes")
             plan = plan.get("plan") or {}
         try:
             parsed = Plan.from_json(plan)
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"not a valid sktune plan: {type(exc).__name__}: {exc}") from exc
-        return cls(parsed, None if n_ops is None else int(n_ops), None if op_types is None else tuple(op_types))
+        return cls(parsed, None if n_ops is None else int(n_ops), None if op_types is None else tuple(op_types),
+                   verified)
+
+    def warn_if_unverified(self, args: Sequence[Any]) -> None:
+        """Warn when the graph's arguments match none of the verified shapes' inputs.
+
+        Dynamo's flat arguments mix parameters and user inputs, so a verified shape matches
+        when all of its inputs' [shape, dtype] are among the arguments' (a multiset test).
+        """
+        if not self.verified_shapes:
+            return
+        have = Counter(_shape_key(list(a.shape), str(a.dtype)) for a in args if isinstance(a, torch.Tensor))
+        for inputs in self.verified_shapes.values():
+            need = Counter(_shape_key(shape, dtype) for shape, dtype in inputs)
+            if not need - have:
+                return
+        log.warning("sktune.apply: the model is called at input shapes the plan was not verified on (verified: %s); "
+                    "bitwise equality and speed are unknown here: tune with input_shapes() including this shape",
+                    ", ".join(f"{name} {[s for s, _ in inputs]}" for name, inputs in self.verified_shapes.items()))
 
     def check_fits(self, graph: OpGraph) -> None:
         """Refuse a graph other than the tuned one: op count, op types, then the plan's cuts."""
@@ -102,6 +125,7 @@ class AppliedPlan:
             log.warning("sktune.apply: the model is called with autograd on; sktune tuned and verified it under "
                         "torch.no_grad(), and the fused regions are compiled for inference: their outputs do not "
                         "require grad (call the model under torch.no_grad())")
+        self.tuned.warn_if_unverified(args)
         graph = opgraph_from(gm, list(args))
         self.tuned.check_fits(graph)
         # A plan tuned for another backend (its options) is refused here, with the reason.
@@ -126,6 +150,10 @@ class _CompileOnFirstCall:
             self.fn = self.owner.compile_graph(self.gm, args)
             self.gm = None
         return self.fn(*args)
+
+
+def _shape_key(shape: Sequence[int], dtype: str) -> tuple[tuple[int, ...], str]:
+    return tuple(int(d) for d in shape), dtype
 
 
 _APPLIED: "weakref.WeakKeyDictionary[torch.nn.Module, AppliedPlan]" = weakref.WeakKeyDictionary()

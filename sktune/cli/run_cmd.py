@@ -39,6 +39,9 @@ def run_command(
     bisect_runs: Annotated[int | None, typer.Option(min=0, help="Compile+verify runs to locate the op range behind a mismatch (default: 6 on npu, 0 on inductor).")] = None,
     diagnose: Annotated[int, typer.Option(min=0, help="Hung trials to rerun once with the backend's debug options (npu: debug_op_exec_trace).")] = 1,
     allow_changed: Annotated[bool, typer.Option(help="Resume a study even if the model file or versions changed.")] = False,
+    shapes: Annotated[str | None, typer.Option(help="Tune for these of the model's input_shapes() only, e.g. bs1,bs8 (default: all).")] = None,
+    warm_start: Annotated[str | None, typer.Option(help="Earlier studies (comma-separated) whose best exact plans are tried first.")] = None,
+    warm_storage: Annotated[str | None, typer.Option(help="Storage URL of the --warm-start studies (default: --storage).")] = None,
     summary_json: Annotated[Path | None, typer.Option(help="Write the machine-readable summary here.")] = None,
     debug: Annotated[bool, typer.Option(help="Show tracebacks and debug logs.")] = False,
 ) -> None:
@@ -61,6 +64,8 @@ def run_command(
             patience=patience, stop_early=not no_stop, probe=probe, timeout=timeout,
             study_name=study, storage=storage, seed=seed, threads=threads, input_sets=input_sets,
             trial_timeout=trial_timeout, bisect_runs=bisect_runs, diagnose=diagnose, allow_changed=allow_changed,
+            shapes=_names("--shapes", shapes), warm_start=_names("--warm-start", warm_start) or (),
+            warm_storage=warm_storage,
         )
         progress = _Progress(settings.resolved_effort.trials)
         try:
@@ -82,6 +87,18 @@ def run_command(
             except OSError as exc:
                 raise SktuneError(f"cannot write --summary-json {summary_json}: {exc}") from exc
         err_console.print(f"summary written to {summary_json}")
+
+
+def _names(flag: str, value: str | None) -> tuple[str, ...] | None:
+    """A comma-separated list of names; an empty one is a user error."""
+    from sktune.errors import SktuneError
+
+    if value is None:
+        return None
+    names = tuple(n.strip() for n in value.split(","))
+    if not all(names):
+        raise SktuneError(f"{flag}: expected comma-separated names, got {value!r}")
+    return names
 
 
 class _Progress:
@@ -145,8 +162,14 @@ def _print_summary(data: dict[str, Any]) -> None:
                       f"{speedup_of(fuse_all['ratio']):.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if fuse_all["bitwise"] else "no")
     if data["speedup"]:
         lo, hi = data["speedup_ci"]
-        table.add_row(f"best #{data['best_trial']}", us(data["best_s"]), us(data["baseline_s"]),
+        weighted = " (weighted)" if data.get("shapes") else ""
+        table.add_row(f"best #{data['best_trial']}{weighted}", us(data["best_s"]), us(data["baseline_s"]),
                       f"{data['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if data["verified_bitwise"] else "NO")
+    for name, shape in (data.get("shapes") or {}).items():  # the one plan at each served shape
+        lo, hi = shape["speedup_ci"]
+        regret = "" if shape["regret"] is None else f", regret {shape['regret']:+.1%}"
+        table.add_row(f"  at {name} (weight {shape['weight']:g}{regret})", us(shape["best_s"]), us(shape["baseline_s"]),
+                      f"{shape['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if shape["verified_bitwise"] else "NO")
     console = Console()
     console.print(table)
     if data["speedup"]:

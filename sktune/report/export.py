@@ -66,12 +66,24 @@ def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, An
             "model": attrs.get(StudyAttr.MODEL),
             "model_sha256": attrs.get(StudyAttr.MODEL_SHA256),
             "input_shapes": attrs.get(StudyAttr.INPUT_SHAPES),
+            # Every shape the plan was verified bitwise on (sktune.apply warns at any other).
+            "verified_shapes": _verified_shapes(attrs, data),
+            "shapes": data.get("shapes"),
             "n_ops": len(attrs.get(StudyAttr.OPS, [])),
             "op_types": [op["target"] for op in attrs.get(StudyAttr.OPS, [])],
             "groups": data["groups"],
             "storage": mask_url(url) if url else None,
         },
     }
+
+
+def _verified_shapes(attrs: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """Shape name -> the user inputs' [shape, dtype] there ("default" for a one-shape model)."""
+    shapes = attrs.get(StudyAttr.SHAPES)
+    if not shapes:
+        return {"default": attrs.get(StudyAttr.INPUT_SHAPES)}
+    return {name: s["input_shapes"] for name, s in shapes.items() if (data.get("shapes") or {}).get(name, {}).get(
+        "verified_bitwise")}
 
 
 def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:

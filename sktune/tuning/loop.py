@@ -21,6 +21,7 @@ from sktune.tuning.resume import open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.space_setup import (exactness_from_description, reuse_space_inputs, space_from_description,
                                        targets_of)
+from sktune.tuning.warm_start import warm_plans
 from sktune.tuning.worker import SupervisedWorker, runner_config
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     probe_cache = str((settings.cache_root / "exactness-probe.json").resolve()) if settings.probe else None
     config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
                            threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
-                           probe_cache=probe_cache)
+                           probe_cache=probe_cache, shapes=settings.shapes)
     # Failed trials are recorded with their reason; Optuna's own warning + traceback would
     # only tear through the progress display.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -56,19 +57,25 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     with SupervisedWorker(config, str(cache_dir)) as worker:
         description = reuse_space_inputs(study, worker.start())
         space = space_from_description(description)
+        warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, description, space,
+                          settings.study) if settings.warm_start else []
         prepare(study, description, space, settings.model_path,
                 {StudyAttr.THREADS: settings.threads, StudyAttr.INPUT_SETS: settings.input_sets},
-                settings.allow_changed)
+                settings.allow_changed, first=[(w.anchor, w.params) for w in warm])
+        if warm:  # the study notes where its first plans came from
+            noted = study.user_attrs.get(StudyAttr.WARM_START) or []
+            study.set_user_attr(StudyAttr.WARM_START, noted + [w.to_json() for w in warm])
         if on_ready:
             on_ready(study, description)
         rules = ObjectiveRules(
             chunks=effort.chunks, trial_timeout=settings.trial_timeout,
             bisect_runs=backend.default_bisect_runs if settings.bisect_runs is None else settings.bisect_runs,
             diagnoses=settings.diagnose, diagnostic_plan=backend.diagnostic_plan,
+            shapes=tuple((name, s["weight"]) for name, s in (description.get("shapes") or {}).items()),
         )
         objective = make_objective(space, worker, rules, targets_of(description),
                                    exactness_from_description(description))
         search(study, objective, effort, settings.timeout, callbacks)
-        confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top)
+        confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
         profile_baseline_and_best(study, worker, settings.trial_timeout)
     return study

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,9 @@ def fingerprint(description: dict[str, Any]) -> dict[str, Any]:
 
     graph = json.dumps([[op["target"] for op in description["ops"]], description["boundaries"]])
     env = description["environment"]
+    shapes = {"shapes": description["shapes"]} if description.get("shapes") else {}  # one-shape studies as before
     return {
+        **shapes,
         "model_sha256": description["model_sha256"],
         "graph_sha256": hashlib.sha256(graph.encode()).hexdigest(),
         "input_shapes": description["input_shapes"],
@@ -56,8 +59,11 @@ def fingerprint(description: dict[str, Any]) -> dict[str, Any]:
 
 
 def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace, model_path: Path,
-            settings: dict[str, Any], allow_changed: bool = False) -> bool:
+            settings: dict[str, Any], allow_changed: bool = False,
+            first: Sequence[tuple[str, dict[str, Any]]] = ()) -> bool:
     """Record what the study tunes and enqueue the anchors; ``False`` when resuming.
+
+    ``first`` (warm-start plans, named) are enqueued before the anchors, so they run first.
 
     On resume the search space and ``settings`` (threads, input sets) must match: trials
     timed or verified differently do not compare. A changed fingerprint (model file,
@@ -66,6 +72,8 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
     existing = study.user_attrs.get(StudyAttr.SPACE)
     if existing is not None:
         _check_resumable(study, existing, description, space, settings, allow_changed)
+        for name, params in first:
+            study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name}, skip_if_exists=True)
         return False
     study.set_user_attr(StudyAttr.FINGERPRINT, fingerprint(description))
     for key, value in settings.items():
@@ -80,7 +88,9 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
     study.set_user_attr(StudyAttr.STARTUP_S, description.get("startup_s"))
     study.set_user_attr(StudyAttr.MODEL_SHA256, description["model_sha256"])
     study.set_user_attr(StudyAttr.INPUT_SHAPES, description["input_shapes"])
-    for anchor, params in starting_points(space, description):
+    if description.get("shapes"):
+        study.set_user_attr(StudyAttr.SHAPES, description["shapes"])
+    for anchor, params in [*first, *starting_points(space, description)]:
         study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: anchor}, skip_if_exists=True)
     # Last: workers starting together treat the study as prepared once "space" is there, so
     # everything they check against must already be written (seen: "--input-sets None").

@@ -30,6 +30,9 @@ class TuneSettings:
     probe: bool = True  # per-op exactness probe (inductor), cached under cache_root
     patience: int | None = None  # None: the effort's
     stop_early: bool = True  # False: never stop for lack of gains (--no-stop)
+    shapes: tuple[str, ...] | None = None  # the model's shapes to tune for (--shapes); None: all
+    warm_start: tuple[str, ...] = ()  # earlier studies whose best exact plans are tried first
+    warm_storage: str | None = None  # where they are (None: the same storage)
 
     @property
     def resolved_effort(self) -> Effort:

@@ -47,6 +47,7 @@ def test_inspect_finds_the_repeated_layers_of_the_decoder_stack() -> None:
         ("build_raises.py", "weights not found"),
         ("returns_int.py", "must return tensors"),
         ("graph_break.py", "graph break"),
+        ("shape_branch.py", "capture different graphs: op 0 is tanh"),
     ],
 )
 def test_user_errors_are_one_message(test_models: Path, tmp_path: Path, model: str, message: str) -> None:
@@ -73,7 +74,8 @@ def test_debug_shows_traceback(test_models: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args", [["--trials", "0"], ["--trials", "-3"], ["--threads", "0"], ["--backend", "tpu"],
-                                  ["--effort", "fast"], ["--patience", "0"]])
+                                  ["--effort", "fast"], ["--patience", "0"], ["--shapes", "bs1,"],
+                                  ["--shapes", "bs1"]])
 def test_bad_flags_rejected(test_models: Path, tmp_path: Path, args: list[str]) -> None:
     result = sktune("run", str(test_models / "tiny_norm.py"), *args, cwd=tmp_path)
     assert result.returncode != 0

@@ -1,0 +1,133 @@
+"""Warm start: the best exact plans of earlier studies, mapped onto this graph, tried first.
+
+A plan is the search parameters that decode to it, so mapping a plan means checking that
+the parameters mean the same here:
+- the same model file and search space: the same op indices;
+- a changed model whose search space is unchanged (same ops, same cuts): the same indices;
+- a changed model with the same repeated unit (op types and module paths inside one
+  layer): the unit's pattern, which the stamped parameters describe, re-stamped over
+  this graph's units;
+- anything else is refused, with the reason.
+Every warm plan is then verified and timed like any other trial: nothing is assumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from sktune.errors import SktuneError
+from sktune.graph.structure import find_repeats
+from sktune.space.search_space import NO_SCOPES, SearchSpace
+from sktune.tuning.records import StudyAttr, top_records
+from sktune.tuning.storage import make_storage, mask_url
+
+PLANS_PER_STUDY = 3  # the best distinct exact plans taken from each earlier study
+
+
+@dataclass(frozen=True)
+class WarmPlan:
+    """One earlier best plan, as this study's parameters, and how it was mapped."""
+
+    study: str
+    trial: int
+    params: dict[str, Any]
+    mapping: str
+
+    @property
+    def anchor(self) -> str:
+        return f"warm:{self.study}#{self.trial}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"study": self.study, "trial": self.trial, "mapping": self.mapping, "anchor": self.anchor}
+
+
+def unit_signature(ops: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...] | None:
+    """Op types and module paths below the layer of one repeated unit; None without repeats."""
+    targets, modules = [o["target"] for o in ops], [o["module"] for o in ops]
+    repeats = find_repeats(targets, modules)
+    if repeats is None:
+        return None
+    first, last = repeats.units[0]
+    prefix = modules[first].split(repeats.container + ".", 1)[-1].split(".", 1)[0]  # the layer item, e.g. "0"
+    inside = [m.split(f"{repeats.container}.{prefix}", 1)[-1] for m in modules[first:last + 1]]
+    return tuple(zip(targets[first:last + 1], inside))
+
+
+def mapping_for(old: optuna.Study, description: dict[str, Any], space: SearchSpace) -> str:
+    """How plans of ``old`` carry over to this graph; SktuneError with the reason when they cannot."""
+    name = old.study_name
+    old_backend, backend = old.user_attrs.get(StudyAttr.BACKEND), description["environment"]["backend"]
+    if old_backend != backend:
+        raise SktuneError(f"--warm-start: study {name!r} tuned backend {old_backend}, not {backend}")
+    same_space = old.user_attrs.get(StudyAttr.SPACE) == space.signature()
+    if same_space and old.user_attrs.get(StudyAttr.MODEL_SHA256) == description["model_sha256"]:
+        return "same model: the same op indices"
+    if same_space:
+        return "changed model, same ops and cuts: the same op indices"
+    old_unit, unit = unit_signature(old.user_attrs.get(StudyAttr.OPS) or []), unit_signature(description["ops"])
+    if old_unit is None or unit is None:
+        raise SktuneError(
+            f"--warm-start: study {name!r} tuned another graph ({len(old.user_attrs.get(StudyAttr.OPS) or [])} "
+            f"ops, this one has {len(description['ops'])}) and "
+            f"{'neither graph has' if old_unit is None and unit is None else 'only one graph has'} repeated "
+            "layers whose pattern could be re-stamped; its plans' op indices would mean other ops here")
+    if old_unit != unit:
+        at = next((k for k, (a, b) in enumerate(zip(old_unit, unit)) if a != b), min(len(old_unit), len(unit)))
+        raise SktuneError(
+            f"--warm-start: the repeated layer changed since study {name!r} ({len(old_unit)} ops per layer "
+            f"then, {len(unit)} now; first difference at op {at} of the layer), so its pattern does not fit")
+    n_units = len(find_repeats([o["target"] for o in description["ops"]],
+                               [o["module"] for o in description["ops"]]).units)  # type: ignore[union-attr]
+    return f"changed model, same repeated layer ({len(unit)} ops): its pattern re-stamped over {n_units} layers"
+
+
+def warm_plans(names: Sequence[str], storage: str, description: dict[str, Any], space: SearchSpace,
+               this_study: str) -> list[WarmPlan]:
+    """The best exact plans of each named study, mapped onto this graph (refused: SktuneError)."""
+    backend = make_storage(storage)
+    known = optuna.get_all_study_names(backend)
+    domains = space.domains()
+    out: list[WarmPlan] = []
+    for name in names:
+        if name == this_study:
+            raise SktuneError(f"--warm-start {name}: that is this study; resuming it needs no warm start")
+        if name not in known:
+            raise SktuneError(f"--warm-start: no study named {name!r} in {mask_url(storage)} "
+                              f"(studies there: {', '.join(known) or 'none'}; --warm-storage names another)")
+        old = optuna.load_study(study_name=name, storage=backend)
+        mapping = mapping_for(old, description, space)
+        best = top_records(old, PLANS_PER_STUDY)
+        if not best:
+            raise SktuneError(f"--warm-start: study {name!r} has no bitwise-exact trial to start from")
+        for record in best:
+            params = old.trials[record.number].params
+            misfit = [k for k, v in params.items() if k not in domains or v not in domains[k]]
+            if misfit:
+                raise SktuneError(f"--warm-start: trial {record.number} of study {name!r} has parameters this "
+                                  f"search space does not have ({', '.join(misfit[:5])}); {mapping}")
+            out.append(WarmPlan(name, record.number, completed(space, params), mapping))
+    return out
+
+
+def completed(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with what this space asks and the earlier one did not: the plan stays the
+    earlier plan (a first/last unit follows the shared pattern, a new option keeps its
+    default, a new fallback is off) instead of a sampled variation of it."""
+    defaults = {o.name: o.default for o in space.options}
+    out = dict(params)
+    for key in space.domains():
+        if key in out:
+            continue
+        if key.endswith(".own") or key == NO_SCOPES or key.startswith("fallback:"):
+            out[key] = False
+        elif key in defaults:
+            out[key] = defaults[key]
+    try:
+        space.decode(out)  # every block and cut decided: the plan is whole
+    except (KeyError, ValueError) as exc:
+        raise SktuneError(f"--warm-start: an earlier plan does not decide {exc} of this search space") from None
+    return out
