@@ -192,6 +192,8 @@ def _print_summary(data: dict[str, Any]) -> None:
         console.print("best vs the starting points" + emulated + ": " + "; ".join(
             f"{a['anchor']} {a['best_speedup_over']:.2f}×" + ("" if a["bitwise"] else " (not bitwise)")
             for a in beaten))
+    for warm in data.get("warm_start") or []:
+        console.print(f"warm start: trial #{warm['trial']} of study {warm['study']!r} ({warm['mapping']})")
     if data.get("stopped_early"):
         stop = data["stopped_early"]
         console.print(f"stopped after trial #{stop['after_trial']}: {stop['patience']} trials in a row "

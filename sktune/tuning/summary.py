@@ -58,6 +58,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "median_overhead_s": statistics.median(overheads) if overheads else None,
         "profile_baseline": study.user_attrs.get(StudyAttr.PROFILE_BASELINE),
         "profile_best": study.user_attrs.get(StudyAttr.PROFILE_BEST),
+        "warm_start": study.user_attrs.get(StudyAttr.WARM_START),  # earlier plans tried first, and their mapping
     }
     if best is not None and best.plan is not None and best.ratio_ci is not None:
         plan = Plan.from_json(best.plan)

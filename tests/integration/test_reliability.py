@@ -62,7 +62,9 @@ def wait_for_running(storage: str, name: str, after_complete: int, timeout: floa
     raise AssertionError(f"no RUNNING trial after {timeout} s")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
+# ~1 min each (a study interrupted and resumed); CI runs them with the slow tests (.ci/run).
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_interrupted_run_resumes_without_losing_trials(tmp_path: Path, sig: signal.Signals) -> None:
     storage = f"sqlite:///{tmp_path}/s.db"
     args = [str(MODELS / "tiny_norm.py"), "--backend", "inductor", "--storage", storage, "--study", "s"]

@@ -58,6 +58,7 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     assert len(finished(optuna.load_study(study_name="e2e", storage=storage).get_trials())) == 9
 
 
+@pytest.mark.slow  # ~1 min: three worker faults and restarts; CI runs it (.ci/run)
 def test_crash_raise_and_garbage_are_failed_trials(test_models: Path, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/faults.db"
     env = {**os.environ, "SKTUNE_TEST_FAULT": "crash,raise,garbage", "SKTUNE_TEST_FAULT_MARKER": str(tmp_path / "n")}

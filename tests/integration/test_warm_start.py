@@ -42,8 +42,10 @@ def test_a_deeper_model_with_the_same_layer_starts_from_the_earlier_best_plans(e
     assert {k: v for k, v in first.params.items() if k in earlier_params} == earlier_params
     assert all(k.endswith(".own") and v is False for k, v in first.params.items() if k not in earlier_params)
     assert first.state == optuna.trial.TrialState.COMPLETE  # verified and timed like any trial
+    assert f"warm start: trial #{noted[0]['trial']} of study 'earlier' (changed model" in result.stdout
 
 
+@pytest.mark.slow  # ~10 s each (a worker start); tests/unit/test_warm_start.py covers every refusal fast
 @pytest.mark.parametrize(("model", "warm", "message"), [
     ("tiny_norm.py", "earlier", "tuned another graph"),
     ("stack.py", "nope", "no study named 'nope'"),
