@@ -139,6 +139,14 @@ class _Progress:
         self.progress.update(self.task, advance=1, description=text)
 
 
+def _speedup(row: dict[str, Any]) -> str:
+    """``1.23× [1.10, 1.31]``; a best that fuses nothing is 1.00× by construction, with no interval."""
+    if row["speedup_ci"] is None:
+        return f"{row['speedup']:.2f}× (unfused)"
+    lo, hi = row["speedup_ci"]
+    return f"{row['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]"
+
+
 def _print_summary(data: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -161,20 +169,19 @@ def _print_summary(data: dict[str, Any]) -> None:
         table.add_row(fuse_all.get("anchor") or "fuse-all", us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
                       f"{speedup_of(fuse_all['ratio']):.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if fuse_all["bitwise"] else "no")
     if data["speedup"]:
-        lo, hi = data["speedup_ci"]
         weighted = " (weighted)" if data.get("shapes") else ""
         table.add_row(f"best #{data['best_trial']}{weighted}", us(data["best_s"]), us(data["baseline_s"]),
-                      f"{data['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if data["verified_bitwise"] else "NO")
+                      _speedup(data), "yes" if data["verified_bitwise"] else "NO")
     for name, shape in (data.get("shapes") or {}).items():  # the one plan at each served shape
-        lo, hi = shape["speedup_ci"]
         regret = "" if shape["regret"] is None else f", regret {shape['regret']:+.1%}"
         table.add_row(f"  at {name} (weight {shape['weight']:g}{regret})", us(shape["best_s"]), us(shape["baseline_s"]),
-                      f"{shape['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if shape["verified_bitwise"] else "NO")
+                      _speedup(shape), "yes" if shape["verified_bitwise"] else "NO")
     console = Console()
     console.print(table)
     if data["speedup"]:
         if data.get("best_fuses_nothing"):
-            verdict = "no exact fusion plan beat the unfused graph (the best is the unfused plan itself)"
+            verdict = ("keep the model unfused: no exact fusion plan beat the unfused graph "
+                       "(the best is the unfused plan itself)")
         elif data["significant"]:
             verdict = "faster than unfused (interval excludes 1)"
         else:

@@ -52,7 +52,8 @@ def comparison(summary: dict[str, Any]) -> pd.DataFrame:
                      "ratio": fuse_all["ratio"], "ratio_lo": lo, "ratio_hi": hi,
                      "verified": "yes" if fuse_all["bitwise"] else "no"})
     if summary.get("best_s") is not None:
-        ratio_lo, ratio_hi = speedup_interval(summary["speedup_ci"])  # the inversion is its own inverse
+        # The inversion is its own inverse; a best that fuses nothing has no interval (it is the baseline).
+        ratio_lo, ratio_hi = speedup_interval(summary["speedup_ci"]) if summary["speedup_ci"] else (None, None)
         rows.append({"plan": "best exact plan", "trial": summary["best_trial"], "time_s": summary["best_s"],
                      "ratio": summary["best_s"] / summary["baseline_s"], "ratio_lo": ratio_lo, "ratio_hi": ratio_hi,
                      "verified": "yes" if summary["verified_bitwise"] else "no"})
@@ -72,7 +73,8 @@ def shapes(summary: dict[str, Any]) -> pd.DataFrame:
     columns = ["shape", "weight", "baseline_s", "best_s", "speedup", "speedup_lo", "speedup_hi", "bitwise",
                "best_alone_trial", "best_alone_speedup", "regret"]
     rows = [{"shape": name, "weight": s["weight"], "baseline_s": s["baseline_s"], "best_s": s["best_s"],
-             "speedup": s["speedup"], "speedup_lo": s["speedup_ci"][0], "speedup_hi": s["speedup_ci"][1],
+             "speedup": s["speedup"], "speedup_lo": (s["speedup_ci"] or [None])[0],
+             "speedup_hi": (s["speedup_ci"] or [None, None])[1],
              "bitwise": "yes" if s["verified_bitwise"] else "no", "best_alone_trial": s.get("best_alone_trial"),
              "best_alone_speedup": s.get("best_alone_speedup"), "regret": s.get("regret")}
             for name, s in (summary.get("shapes") or {}).items()]
@@ -98,11 +100,11 @@ def verdict(summary: dict[str, Any]) -> str:
     """One line: what to do with this study's result."""
     if summary.get("best_trial") is None:
         return "No bitwise-exact plan completed: there is nothing to recommend."
+    if summary.get("best_fuses_nothing"):
+        return (f"Keep the model unfused: no bitwise-exact plan that fuses anything beat the unfused baseline "
+                f"(the best, trial #{summary['best_trial']}, fuses nothing: speedup 1.00× by construction).")
     speed, (lo, hi) = summary["speedup"], summary["speedup_ci"]
     interval = f"{speed:.2f}× [{lo:.2f}, {hi:.2f}]"
-    if not summary.get("groups"):
-        return (f"Keep the model unfused: the best exact plan (trial #{summary['best_trial']}) fuses nothing, "
-                f"so its {interval} against the unfused baseline is measurement noise.")
     if not summary.get("verified_bitwise"):
         return f"Trial #{summary['best_trial']} was not bitwise-exact when re-measured: do not use it."
     if not summary.get("significant"):

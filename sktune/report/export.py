@@ -87,6 +87,9 @@ def _verified_shapes(attrs: dict[str, Any], data: dict[str, Any]) -> dict[str, A
 
 
 def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
+    if data.get("best_fuses_nothing"):
+        return ["# Measured: no bitwise-exact plan that fuses anything beat the unfused model: keep it unfused.",
+                "# (This plan fuses nothing: every op runs as in eager mode.)"]
     lo, hi = data["speedup_ci"]
     verdict = "significant" if data["significant"] else "not significant: the interval includes 1"
     verified = (f"outputs verified bitwise equal to the unfused model on {input_sets} input sets"

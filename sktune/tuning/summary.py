@@ -80,6 +80,8 @@ def summary(study: optuna.Study) -> dict[str, Any]:
             searched = study.trials[best.number].user_attrs.get(TrialAttr.SHAPES) or {}
             chosen = confirm.get("shapes") if source == "re-measured" and confirm.get("shapes") else searched
             out["shapes"] = shapes_summary(study_shapes, chosen, searched, study.get_trials(deepcopy=False))
+        if not groups:
+            _fuses_nothing(out)
     if study.user_attrs.get(StudyAttr.SHAPES) and "shapes" not in out:
         out["shapes"] = {}  # tuned for several shapes, but no plan is exact at all of them
     if fuse_all is not None and fuse_all.ratio is not None:
@@ -92,8 +94,18 @@ def summary(study: optuna.Study) -> dict[str, Any]:
             best_ratio = out["best_s"] / out["baseline_s"]
             out["gain_kept"] = (1 - best_ratio) / (1 - timing["ratio"])
     # The best's search ratio: the anchors' ratios are search ratios too (same kind of measurement).
-    out["anchors"] = anchor_comparison(study, best.ratio if best is not None else None)
+    best_ratio = None if best is None else 1.0 if out["best_fuses_nothing"] else best.ratio
+    out["anchors"] = anchor_comparison(study, best_ratio)
     return out
+
+
+def _fuses_nothing(out: dict[str, Any]) -> None:
+    """The best exact plan runs the unfused graph itself: its time is the baseline's by
+    construction, and any measured difference between the two is noise. Say exactly that."""
+    out.update(best_s=out["baseline_s"], speedup=1.0, speedup_ci=None, significant=False, search_speedup=1.0)
+    for shape in (out.get("shapes") or {}).values():
+        shape.update(best_s=shape["baseline_s"], speedup=1.0, speedup_ci=None, best_alone_trial=None,
+                     best_alone_speedup=None, regret=None)
 
 
 def anchor_comparison(study: optuna.Study, best_ratio: float | None) -> list[dict[str, Any]]:
