@@ -117,6 +117,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         mismatches = len(result.mismatches)
         if rules.shapes:  # named shapes (even one: the summary and export name it)
             outcomes = {rules.shapes[0][0]: ShapeOutcome(rules.shapes[0][1], timing, mismatches)}
+            found = list(result.mismatches)  # every shape's, each tagged with its shape
             if result.bitwise or anchor:  # an inexact plan is rejected already: spare the other shapes
                 for name, weight in rules.shapes[1:]:
                     started = time.perf_counter()
@@ -128,8 +129,8 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
                     outcomes[name] = ShapeOutcome(weight, other.timing, len(other.mismatches))
                     measure_s += other.measure_s
                     if other.mismatches:
-                        trial.set_user_attr(TrialAttr.MISMATCHES, list(result.mismatches) + [
-                            {"shape": name, **m} for m in other.mismatches][:20])
+                        found += [{"shape": name, **m} for m in other.mismatches]
+                        trial.set_user_attr(TrialAttr.MISMATCHES, found[:20])
                         if not anchor:
                             break  # not exact at this shape: rejected, the rest would not change that
             trial.set_user_attr(TrialAttr.SHAPES, {n: o.to_json() for n, o in outcomes.items()})

@@ -216,3 +216,13 @@ def test_several_shapes_prune_on_the_best_trials_ratio_at_the_heaviest_shape(spa
     assert best.value < 0.8
     assert close.state == optuna.trial.TrialState.COMPLETE
     assert slow.state == optuna.trial.TrialState.PRUNED
+
+
+def test_an_anchor_is_measured_at_every_shape_and_keeps_each_shapes_mismatches(space: SearchSpace) -> None:
+    worker = ScriptedWorker([result(0.5), result(0.5, mismatches=1), result(0.7, mismatches=2)])
+    study = run_study(space, worker, [(fuse_all(space), {TrialAttr.ANCHOR: "fuse-all"})],
+                      rules=ObjectiveRules(CHUNKS, 60.0, shapes=SHAPES))
+    trial = study.trials[0]
+    assert [c[1].shape for c in worker.calls if c[0] == "run"] == [None, "bs8", "bs64"]  # fuse-all's yardstick
+    assert trial.constraints == {"bitwise": 3.0}
+    assert [m.get("shape") for m in trial.user_attrs[TrialAttr.MISMATCHES]] == ["bs8", "bs64", "bs64"]
