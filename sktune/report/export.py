@@ -97,9 +97,13 @@ def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
     spans = regions(data["n_ops"], plan.scopes)
     fused = (f"Fused regions (op ranges): {', '.join(f'{a}..{b}' for a, b in spans)}" if spans
              else "This plan fuses nothing: every op runs as in eager mode")
+    shapes = [f"{name} {s['speedup']:.2f}x" + ("" if s["verified_bitwise"] else " (NOT bitwise)")
+              for name, s in (data.get("shapes") or {}).items()]
     return [
         f"# Measured: speedup {data['speedup']:.3f}x over unfused (95 % interval {lo:.3f}-{hi:.3f}x, {verdict}),",
         f"# baseline timed in the same run; {verified}.",
+        *([f"# One plan for every served shape (the speedup above is their weighted mean): {', '.join(shapes)};",
+           "# at any other input shape the plan is unverified."] if shapes else []),
         f"# {fused}.",
     ]
 

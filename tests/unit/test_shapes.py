@@ -55,3 +55,14 @@ def test_regret_is_measured_against_the_best_plan_exact_at_that_shape_alone() ->
     html = _shapes({"shapes": summary})
     assert "One plan for every served shape" in html and "+60.0%" in html and "(trial 1)" in html
     assert _shapes({}) == ""  # a model without input_shapes(): no panel
+
+
+def test_the_python_export_names_each_served_shape() -> None:
+    from sktune.report.export import _measured
+    from sktune.space.plan import Plan, Scope
+
+    shape = {"speedup": 1.21, "verified_bitwise": True}
+    lines = _measured({"speedup": 1.16, "speedup_ci": [1.1, 1.2], "significant": True, "verified_bitwise": True,
+                       "n_ops": 4, "shapes": {"bs1": shape, "bs64": {**shape, "speedup": 1.01}}},
+                      Plan.make([Scope(0, 3, "sk0")], {}), 3)
+    assert any("weighted mean): bs1 1.21x, bs64 1.01x;" in line for line in lines)
