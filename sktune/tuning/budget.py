@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import optuna
 
-from sktune.tuning.records import StudyAttr, TrialAttr, feasible_ratios, heaviest_shape_ratio, is_feasible, skipped
+from sktune.tuning.records import (StudyAttr, TrialAttr, feasible_ratios, feasible_trials, heaviest_shape_ratio,
+                                   is_feasible, skipped)
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,7 @@ class ClearlyWorsePruner(optuna.pruners.BasePruner):
         step = trial.last_step
         if step is None:
             return False
-        feasible = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                    if is_feasible(t) and t.value is not None]
+        feasible = feasible_trials(study)
         if not feasible:
             return False
         best = min(feasible, key=lambda t: t.value)  # type: ignore[arg-type, return-value]

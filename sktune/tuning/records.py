@@ -84,10 +84,15 @@ def skipped(trial: FrozenTrial) -> bool:
     return TrialAttr.SKIPPED in trial.user_attrs
 
 
+def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The complete, bitwise-exact trials that have a time ratio."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if is_feasible(t) and has_ratio(t)]
+
+
 def feasible_ratios(study: optuna.Study) -> list[float]:
     """Time ratios of the complete, bitwise-exact trials."""
-    return [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if is_feasible(t) and has_ratio(t)]  # type: ignore[misc]
+    return [t.value for t in feasible_trials(study)]  # type: ignore[misc]
 
 
 def heaviest_shape_ratio(trial: FrozenTrial) -> float:

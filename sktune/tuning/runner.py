@@ -148,9 +148,9 @@ class TrialRunner:
             "exactness": self.exactness,
             "startup_s": self.startup_s,
             "model_sha256": self.source.sha256,
-            "input_shapes": [[list(t.shape), str(t.dtype)] for t in self.inputs[0]],
+            "input_shapes": _signature(self.inputs[0]),
             # Heaviest first; empty for a model without input_shapes().
-            "shapes": {name: {"weight": s.weight, "input_shapes": [[list(t.shape), str(t.dtype)] for t in s.inputs[0]]}
+            "shapes": {name: {"weight": s.weight, "input_shapes": _signature(s.inputs[0])}
                        for name, s in self.shape_sets.items() if name is not None},
         }
 
@@ -192,9 +192,8 @@ class TrialRunner:
         return TimingUpdate(timing, time.perf_counter() - started)
 
     def _time_batches(self, candidate: Any, n_batches: int,
-                      shape: ShapeSet | None = None) -> tuple[list[float], list[float], dict[str, Any]]:
+                      shape: ShapeSet) -> tuple[list[float], list[float], dict[str, Any]]:
         """``n_batches`` interleaved pairs of the shape's baseline and ``candidate`` on input set 0."""
-        shape = shape or self.shape(None)
         args0, reference_fn = shape.args[0], shape.reference_fn
         return self.backend.time_batches(lambda: reference_fn(*args0), lambda: candidate(*args0),
                                          n_batches=n_batches, batch_target_s=self.config.batch_target_s)
@@ -302,6 +301,11 @@ def _check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path
                 f"example_inputs({seed}) in {path} returns other shapes or dtypes than example_inputs(0); "
                 "each seed must draw new values with the same shapes and dtypes"
             )
+
+
+def _signature(inputs: tuple[torch.Tensor, ...]) -> list[list[Any]]:
+    """The user inputs' [shape, dtype], as studies and exports record them."""
+    return [[list(t.shape), str(t.dtype)] for t in inputs]
 
 
 def _check_same_ops(first: OpGraph, other: OpGraph, first_name: str | None, other_name: str | None) -> None:

@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from optuna.trial import TrialState
+
 from sktune.measure.stats import PairedTiming
+from sktune.tuning.records import TrialAttr
 
 
 @dataclass(frozen=True)
@@ -74,9 +77,9 @@ def best_alone(trials: list[Any]) -> dict[str, tuple[int, float]]:
     whatever they did at the others: (trial number, ratio). Robustness is measured against it."""
     best: dict[str, tuple[int, float]] = {}
     for t in trials:
-        if t.state.name != "COMPLETE":
+        if t.state != TrialState.COMPLETE:
             continue
-        for name, o in outcomes_of(t.user_attrs.get("shapes")).items():
+        for name, o in outcomes_of(t.user_attrs.get(TrialAttr.SHAPES)).items():
             if o.bitwise and (name not in best or o.timing.ratio < best[name][1]):
                 best[name] = (t.number, o.timing.ratio)
     return best
@@ -86,11 +89,10 @@ def shapes_summary(study_shapes: Mapping[str, Any], chosen: Mapping[str, Any], s
                    trials: list[Any]) -> dict[str, dict[str, Any]]:
     """The summary's ``shapes``: per shape, the one plan's times (``chosen``: re-measured when
     it was) and its regret against the best plan for that shape alone (search times, both)."""
-    alone = best_alone(trials)
+    alone, chosen_at, searched_at = best_alone(trials), outcomes_of(chosen), outcomes_of(searched)
     out: dict[str, dict[str, Any]] = {}
     for name, declared in study_shapes.items():
-        o = outcomes_of(chosen).get(name)
-        s = outcomes_of(searched).get(name)
+        o, s = chosen_at.get(name), searched_at.get(name)
         if o is None:
             continue
         entry: dict[str, Any] = {

@@ -47,6 +47,12 @@ class WarmPlan:
 
 def unit_signature(ops: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...] | None:
     """Op types and module paths below the layer of one repeated unit; None without repeats."""
+    found = _repeated_unit(ops)
+    return None if found is None else found[0]
+
+
+def _repeated_unit(ops: Sequence[dict[str, Any]]) -> tuple[tuple[tuple[str, str], ...], int] | None:
+    """The repeated unit's signature and how many units the graph has; None without repeats."""
     targets, modules = [o["target"] for o in ops], [o["module"] for o in ops]
     repeats = find_repeats(targets, modules)
     if repeats is None:
@@ -54,7 +60,7 @@ def unit_signature(ops: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...]
     first, last = repeats.units[0]
     prefix = modules[first].split(repeats.container + ".", 1)[-1].split(".", 1)[0]  # the layer item, e.g. "0"
     inside = [m.split(f"{repeats.container}.{prefix}", 1)[-1] for m in modules[first:last + 1]]
-    return tuple(zip(targets[first:last + 1], inside))
+    return tuple(zip(targets[first:last + 1], inside)), len(repeats.units)
 
 
 def mapping_for(old: optuna.Study, description: dict[str, Any], space: SearchSpace) -> str:
@@ -68,7 +74,8 @@ def mapping_for(old: optuna.Study, description: dict[str, Any], space: SearchSpa
         return "same model: the same op indices"
     if same_space:
         return "changed model, same ops and cuts: the same op indices"
-    old_unit, unit = unit_signature(old.user_attrs.get(StudyAttr.OPS) or []), unit_signature(description["ops"])
+    old_unit, found = unit_signature(old.user_attrs.get(StudyAttr.OPS) or []), _repeated_unit(description["ops"])
+    unit, n_units = found if found is not None else (None, 0)
     if old_unit is None or unit is None:
         raise SktuneError(
             f"--warm-start: study {name!r} tuned another graph ({len(old.user_attrs.get(StudyAttr.OPS) or [])} "
@@ -80,8 +87,6 @@ def mapping_for(old: optuna.Study, description: dict[str, Any], space: SearchSpa
         raise SktuneError(
             f"--warm-start: the repeated layer changed since study {name!r} ({len(old_unit)} ops per layer "
             f"then, {len(unit)} now; first difference at op {at} of the layer), so its pattern does not fit")
-    n_units = len(find_repeats([o["target"] for o in description["ops"]],
-                               [o["module"] for o in description["ops"]]).units)  # type: ignore[union-attr]
     return f"changed model, same repeated layer ({len(unit)} ops): its pattern re-stamped over {n_units} layers"
 
 
