@@ -129,14 +129,17 @@ def scale(model: Path, layers: Annotated[list[int], typer.Option()] = [8, 16]) -
 
 
 @app.command()
-def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed: int = 0) -> None:
+def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed: int = 0,
+         layers: Annotated[int | None, typer.Option(help="Tune MODEL's build_stack(LAYERS) instead of its build_model().")] = None) -> None:
     """A real study: start-up, per-trial overhead (cold, then warm cache), best speedup after TRIALS."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    if layers is not None:
+        model = _stack_model(model, layers, workdir)
     from sktune.tuning.loop import tune
     from sktune.tuning.records import StudyAttr, TrialAttr
     from sktune.tuning.settings import TuneSettings
     from sktune.tuning.summary import summary
 
-    workdir.mkdir(parents=True, exist_ok=True)
     settings = TuneSettings(model_path=model.resolve(), trials=trials, stop_early=False, seed=seed,
                             storage=f"sqlite:///{(workdir / 'live.db').resolve()}",
                             study_name=f"live-{model.stem}-{int(time.time())}", cache_root=(workdir / "cache").resolve())
@@ -151,6 +154,7 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
     print("worker start-up: " + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()))
     print(f"per-trial overhead beyond measurement, cold cache: median {statistics.median(overheads):.2f} s "
           f"(min {min(overheads):.2f}, max {max(overheads):.2f})")
+    print("  where a trial's time went (median s): " + _breakdown(study))
     interval = ("fuses nothing: keep the model unfused" if data["best_fuses_nothing"]
                 else f"[{data['speedup_ci'][0]:.2f}, {data['speedup_ci'][1]:.2f}]")
     print(f"best exact after {trials} trials: trial #{data['best_trial']}, {data['speedup']:.2f}× "
@@ -184,6 +188,37 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
     (workdir / "live.json").write_text(json.dumps({"summary": data, "overheads_cold": overheads,
                                                   "overheads_warm": warm, "startup_s": startup, "wall_s": wall}))
     print(f"study {settings.study} in {settings.storage}; summary in {workdir / 'live.json'}")
+
+
+def _stack_model(model: Path, layers: int, workdir: Path) -> Path:
+    """A model file tuning ``build_stack(layers)`` of MODEL (same inputs)."""
+    path = (workdir / f"{model.stem}_{layers}.py").resolve()
+    path.write_text(
+        "import importlib.util\n"
+        f"_spec = importlib.util.spec_from_file_location('stack_base', {str(model.resolve())!r})\n"
+        "_base = importlib.util.module_from_spec(_spec)\n_spec.loader.exec_module(_base)\n"
+        "example_inputs = _base.example_inputs\n"
+        f"def build_model():\n    return _base.build_stack({layers})\n")
+    return path
+
+
+def _breakdown(study: "optuna.Study") -> str:  # noqa: F821
+    """Median compile, verify, measure and the rest (IPC, bookkeeping) per trial; regions reused."""
+    from sktune.tuning.records import TrialAttr
+
+    rows = [t.user_attrs for t in study.trials if TrialAttr.COMPILE_S in t.user_attrs]
+    if not rows:
+        return "no trial ran"
+    med = {k: statistics.median(r.get(k) or 0.0 for r in rows)
+           for k in (TrialAttr.COMPILE_S, TrialAttr.VERIFY_S, TrialAttr.MEASURE_S)}
+    rest = statistics.median(r[TrialAttr.OVERHEAD_S] - r[TrialAttr.COMPILE_S] - r[TrialAttr.VERIFY_S]
+                             for r in rows if TrialAttr.OVERHEAD_S in r)
+    observed = [r.get(TrialAttr.OBSERVED) or {} for r in rows]
+    compiled = sum(o.get("regions_compiled", 0) for o in observed)
+    reused = sum(o.get("regions_reused", 0) for o in observed)
+    return (f"compile {med[TrialAttr.COMPILE_S]:.2f}, verify {med[TrialAttr.VERIFY_S]:.2f}, "
+            f"measure {med[TrialAttr.MEASURE_S]:.2f}, IPC and the rest {rest:.2f}; "
+            f"regions compiled {compiled}, reused {reused}")
 
 
 if __name__ == "__main__":

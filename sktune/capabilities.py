@@ -26,16 +26,19 @@ class OptionSpec:
     may_change_numerics: bool = False
     doc: str = ""
     exact_choice: Any = None  # the value known to keep eager numerics, when one is known
+    # The value the fuse-all yardstick takes when it is not the default (None: the default):
+    # fuse-all measures the compiler's own whole-graph fusion, not a cheaper form of it.
+    fuse_all_choice: Any = None
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "choices": list(self.choices), "default": self.default,
                 "may_change_numerics": self.may_change_numerics, "doc": self.doc,
-                "exact_choice": self.exact_choice}
+                "exact_choice": self.exact_choice, "fuse_all_choice": self.fuse_all_choice}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "OptionSpec":
         return cls(data["name"], tuple(data["choices"]), data["default"], bool(data.get("may_change_numerics")),
-                   data.get("doc", ""), data.get("exact_choice"))
+                   data.get("doc", ""), data.get("exact_choice"), data.get("fuse_all_choice"))
 
 
 @dataclass(frozen=True)

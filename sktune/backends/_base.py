@@ -67,6 +67,10 @@ class Backend(ABC):
     device: str = "cpu"  # where the runner puts the model and its inputs
     default_bisect_runs: int = 0  # compile+verify runs spent locating a mismatch, per infeasible trial
 
+    def compile_counts(self) -> dict[str, int]:
+        """What the compiles since the last call did (e.g. regions compiled vs reused); default: nothing."""
+        return {}
+
     def synchronize(self) -> None:
         """Wait for queued device work; timers call it at both ends of a batch."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from torch import fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from sktune.backends._base import Backend, CompiledModel
+from sktune.backends.region_cache import RegionCache, region_key
 from sktune.capabilities import OptionSpec
 from sktune.graph.grouping import regions
 from sktune.graph.opgraph import OpGraph, op_nodes
@@ -49,6 +51,7 @@ UNSAFE_OP_TYPES = frozenset(FALLBACK_ATEN)
 EXTERN_OP_TYPES = frozenset({"linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d"})
 
 FALLBACK_OPTION = "fallback_ops"
+STITCH_OPTION = "stitch_units"  # a plan option of the backend, not an Inductor config key
 
 OPTIONS = (
     OptionSpec("emulate_precision_casts", (False, True), False, True,
@@ -62,6 +65,12 @@ OPTIONS = (
                "graph rewrites such as mm + add → addmm (changes rounding: the add enters the GEMM accumulator)",
                exact_choice=False),
     OptionSpec("layout_optimization", (True, False), True, True, "channels-last for convolutions"),
+    # A region over 24 identical layers compiles as one 24-layer graph (~40 s); stitched,
+    # it compiles one layer and calls it 24 times (a cut at each layer edge, ~4 µs a call).
+    # docs/measured.md "Compile cost". The fuse-all yardstick stays one whole graph.
+    OptionSpec(STITCH_OPTION, (True, False), True, False,
+               "compile a region that spans repeated layers layer by layer: one compile per distinct layer",
+               fuse_all_choice=False),
 )
 
 
@@ -148,10 +157,20 @@ class InductorBackend(Backend):
     probes_exactness = True
     fuse_all_variants = ("emulate_precision_casts",)  # makes bf16 fusion bitwise: worth its own anchor
 
+    def __init__(self, profile_kernels: bool = False, for_trials: bool = False) -> None:
+        super().__init__(profile_kernels=profile_kernels, for_trials=for_trials)
+        self.regions = RegionCache()  # lives as long as the worker: trials share identical regions
+
+    def compile_counts(self) -> dict[str, int]:
+        return self.regions.take_counts()
+
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
         has_conv = any(op.target.startswith("conv") for op in graph.ops)
-        # layout_optimization only touches convolutions: searching it elsewhere is noise.
-        return [o for o in OPTIONS if o.name != "layout_optimization" or has_conv]
+        has_units = bool(_unit_starts(graph))
+        # layout_optimization only touches convolutions, stitching only repeated layers:
+        # searching them elsewhere is noise.
+        return [o for o in OPTIONS if (o.name != "layout_optimization" or has_conv)
+                and (o.name != STITCH_OPTION or has_units)]
 
     def unsafe_op_types(self) -> frozenset[str]:
         return UNSAFE_OP_TYPES
@@ -168,7 +187,7 @@ class InductorBackend(Backend):
         unknown = set(options) - known - {FALLBACK_OPTION}
         if unknown:
             raise ValueError(f"unknown inductor option(s) {sorted(unknown)}; known: {sorted(known | {FALLBACK_OPTION})}")
-        patches = {k: v for k, v in options.items() if k != FALLBACK_OPTION}
+        patches = {k: v for k, v in options.items() if k not in (FALLBACK_OPTION, STITCH_OPTION)}
         patches["post_grad_custom_pre_pass"] = _FallbackKey(tuple(sorted(options.get(FALLBACK_OPTION, []))))
         if self.profile_kernels:
             patches["cpp.enable_kernel_profile"] = True
@@ -182,6 +201,8 @@ class InductorBackend(Backend):
         spans = regions(len(graph.ops), plan.scopes)
         if not spans:
             return graph.gm
+        if plan.option_dict.get(STITCH_OPTION):  # absent (plans from before the option): whole regions
+            spans = stitched(spans, _unit_starts(graph), set(graph.boundaries))
         gm = copy.deepcopy(graph.gm)
         nodes = op_nodes(gm)
         partitions: list[dict[fx.Node, int | None]] = [
@@ -194,14 +215,54 @@ class InductorBackend(Backend):
         if unknown:
             raise ValueError(f"no fallback known for op type(s) {unknown}; known: {sorted(FALLBACK_ATEN)}")
         patches = self.config_patches(plan)
+        config = _config_key(patches, fallbacks)
         for node in [n for n in gm.graph.nodes if n.op == "call_module" and str(n.target).startswith("sk_region_")]:
-            sub = gm.get_submodule(str(node.target))
-            with fallbacks_installed(fallbacks), _cacheable():
-                fn = compile_fx(sub, region_args[node.name], config_patches=patches)
+            sub, args = gm.get_submodule(str(node.target)), region_args[node.name]
+
+            def compile_region(sub: fx.GraphModule = sub, args: list[Any] = args) -> Any:
+                with fallbacks_installed(fallbacks), _cacheable():
+                    return compile_fx(sub, args, config_patches=patches)
+
+            fn = self.regions.get_or_compile(region_key(sub, args, config), compile_region)
             delattr(gm, str(node.target))
             node.op, node.target = "call_function", _Region(fn, str(node.target))
         gm.recompile()
         return gm
+
+
+def stitched(spans: list[tuple[int, int]], unit_starts: tuple[int, ...],
+             legal: set[int]) -> list[tuple[int, int]]:
+    """``spans`` cut before every repeated unit that starts strictly inside one (where legal)."""
+    out = []
+    for first, last in spans:
+        for start in unit_starts:
+            if first < start <= last and start - 1 in legal:
+                out.append((first, start - 1))
+                first = start
+        out.append((first, last))
+    return out
+
+
+_UNIT_STARTS: "weakref.WeakKeyDictionary[fx.GraphModule, tuple[int, ...]]" = weakref.WeakKeyDictionary()
+
+
+def _unit_starts(graph: OpGraph) -> tuple[int, ...]:
+    """Where ``graph``'s repeated units (the search space's) start, and where the op after
+    the last one starts: cut there, every unit of a region is the same compiled graph."""
+    from sktune.graph.structure import find_repeats
+
+    if graph.gm not in _UNIT_STARTS:
+        repeats = find_repeats([o.target for o in graph.ops], [o.module for o in graph.ops])
+        units = repeats.units if repeats is not None else ()
+        starts = [first for first, _ in units] + ([units[-1][1] + 1] if units else [])
+        _UNIT_STARTS[graph.gm] = tuple(s for s in starts if 0 < s < len(graph.ops))
+    return _UNIT_STARTS[graph.gm]
+
+
+def _config_key(patches: dict[str, Any], fallbacks: tuple[str, ...]) -> str:
+    """Everything besides the graph that decides what a region compiles to."""
+    named = {k: v.uuid() if isinstance(v, CustomGraphPass) else v for k, v in sorted(patches.items())}
+    return f"torch {torch.__version__} patches {named!r} fallbacks {fallbacks!r}"
 
 
 def _region_inputs(gm: fx.GraphModule, flat_args: tuple[torch.Tensor, ...]) -> dict[str, list[Any]]:

@@ -187,7 +187,8 @@ class SearchSpace:
                     for name in self.fuse_all_variants if name in exact]
         candidates = [
             ("unfused", self.params_for(nothing)),
-            ("fuse-all", self.params_for(everything)),
+            ("fuse-all", self.params_for(everything, **{o.name: o.fuse_all_choice for o in self.options
+                                                        if o.fuse_all_choice is not None})),
             *variants,
             ("fuse-all+fallbacks", self.params_for(everything, fallbacks=self.fallbacks)),
             ("fuse-all+fallbacks+exact-options", self.params_for(everything, fallbacks=self.fallbacks, **exact)),

@@ -17,6 +17,7 @@ from sktune.tuning.budget import Effort, Patience, TrialBudget
 from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.tuning.records import StudyAttr
+from sktune.tuning.refine import refine_best
 from sktune.tuning.resume import open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.space_setup import (exactness_from_description, reuse_space_inputs, space_from_description,
@@ -48,7 +49,8 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     probe_cache = str((settings.cache_root / "exactness-probe.json").resolve()) if settings.probe else None
     config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
                            threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
-                           probe_cache=probe_cache, shapes=settings.shapes)
+                           probe_cache=probe_cache, shapes=settings.shapes,
+                           capture_cache=str((settings.cache_root / "captures").resolve()))
     # Failed trials are recorded with their reason; Optuna's own warning + traceback would
     # only tear through the progress display.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -76,6 +78,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         objective = make_objective(space, worker, rules, targets_of(description),
                                    exactness_from_description(description))
         search(study, objective, effort, settings.timeout, callbacks)
+        refine_best(study, space, objective, callbacks)
         confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
         profile_baseline_and_best(study, worker, settings.trial_timeout)
     return study

@@ -16,7 +16,7 @@ import torch
 from sktune.backends import get_backend
 from sktune.errors import CaptureError, ModelFileError, NondeterministicModelError
 from sktune.graph.aliasing import kernelless_ops
-from sktune.graph.capture import capture
+from sktune.graph.capture_cache import capture_cached
 from sktune.graph.grouping import group_ops, regions
 from sktune.graph.opgraph import OpGraph
 from sktune.load import build, draw_inputs, load_model_file, shape_weights
@@ -40,6 +40,7 @@ class RunnerConfig:
     batch_target_s: float = 0.005
     probe_cache: str | None = None  # JSON file of exactness-probe answers; None: do not probe
     shapes: tuple[str, ...] | None = None  # the model's shapes to tune for (--shapes); None: all
+    capture_cache: str | None = None  # folder of saved captured graphs; None: always capture
 
 
 @dataclass
@@ -84,7 +85,10 @@ class TrialRunner:
         _check_outputs_and_mutation(model, drawn[names[0]][0], source.path)
         self.startup_s["load"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        graphs = {name: capture(model, drawn[name][0]) for name in names}
+        capture_dir = None if config.capture_cache is None else Path(config.capture_cache)
+        captured = {name: capture_cached(model, drawn[name][0], capture_dir, source.sha256) for name in names}
+        graphs = {name: graph for name, (graph, _) in captured.items()}
+        self.capture_reused = all(reused for _, reused in captured.values())
         for name in names[1:]:
             _check_same_ops(graphs[names[0]], graphs[name], names[0], name)
         self.startup_s["capture"] = time.perf_counter() - clock
@@ -164,8 +168,10 @@ class TrialRunner:
         n_batches = self.config.n_batches if request.n_batches is None else request.n_batches
         n_ops = len(self.graph.ops)
         started = time.perf_counter()
+        self.backend.compile_counts()  # forget what earlier compiles (the probe, a bisect) did
         candidate = self.backend.compile(shape.graph, plan)  # one graph per shape, as npugraph_ex captures
         compiled = time.perf_counter()
+        compile_counts = self.backend.compile_counts()
         mismatches = []
         for k, args in enumerate(shape.args):
             found = compare_outputs(shape.references[k], flatten_outputs(candidate(*args)))
@@ -174,6 +180,7 @@ class TrialRunner:
         self._current = (candidate, shape, [], [])
         timing, observed = self._measure(n_batches)
         measured = time.perf_counter()
+        observed.update(compile_counts)
         if "superkernels" in observed:
             observed["fusion"] = planned_vs_actual(plan, observed["superkernels"])
         return TrialResult(
