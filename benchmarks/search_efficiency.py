@@ -82,6 +82,7 @@ def replay(table: Path, seeds: int = 20, max_trials: int = 256, tolerance: float
     for strategy, row in result.items():
         print(f"{strategy:<14} {row['trials_to_target_median']:>26} {row['never_reached']:>6}" + "".join(
             f" {1 / row[f'best_after_{k}_median']:>8.2f}×" for k in CHECKPOINTS))
+    print(_starting_points_vs_best(data, best, tolerance))
     fewer = result["random"]["trials_to_target_median"] / result["sktune"]["trials_to_target_median"]
     capped = result["random"]["trials_to_target_median"] > max_trials  # most seeds never got there
     print(f"random needs {'at least ' if capped else ''}{fewer:.1f}× the trials sktune needs (median over seeds"
@@ -188,6 +189,29 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
     (workdir / "live.json").write_text(json.dumps({"summary": data, "overheads_cold": overheads,
                                                   "overheads_warm": warm, "startup_s": startup, "wall_s": wall}))
     print(f"study {settings.study} in {settings.storage}; summary in {workdir / 'live.json'}")
+
+
+def _starting_points_vs_best(data: dict, best: float, tolerance: float) -> str:
+    """Whether an anchor or seed already is (within the tolerance) the exhaustive best:
+    if one is, the table only tests the starting points, not the sampler."""
+    from sktune.benchlib.exhaustive import space_for
+    from sktune.benchlib.replay import with_capabilities
+    from sktune.tuning.space_setup import starting_points
+
+    description = with_capabilities(data["description"])
+    space = space_for(description, data["max_cuts"], data["options"])
+    measured = []
+    for name, params in starting_points(space, description):
+        m = data["measurements"].get(space.decode(params).dumps())
+        if m and m["bitwise"] and m["ratio"] is not None:
+            measured.append((m["ratio"], name))
+    if not measured:
+        return "no starting point is exact"
+    ratio, name = min(measured)
+    verdict = ("it is within the target: the starting points alone reach it" if ratio <= best * (1 + tolerance)
+               else "outside the target: only the sampler can reach it")
+    return (f"best exact starting point: {name} at {ratio:.4f} ({(ratio / best - 1) * 100:+.1f}% from the "
+            f"exhaustive best); {verdict}")
 
 
 def _stack_model(model: Path, layers: int, workdir: Path) -> Path:

@@ -29,16 +29,26 @@ class OptionSpec:
     # The value the fuse-all yardstick takes when it is not the default (None: the default):
     # fuse-all measures the compiler's own whole-graph fusion, not a cheaper form of it.
     fuse_all_choice: Any = None
+    # Values that make a compile much slower (tens of seconds on a deep model). The sampler
+    # never picks them; after the search the best plan is tried with each (tuning/refine.py).
+    costly_choices: tuple[Any, ...] = ()
+
+    @property
+    def sampled_choices(self) -> tuple[Any, ...]:
+        """The choices the search samples from: all but the costly ones."""
+        return tuple(c for c in self.choices if c not in self.costly_choices)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "choices": list(self.choices), "default": self.default,
                 "may_change_numerics": self.may_change_numerics, "doc": self.doc,
-                "exact_choice": self.exact_choice, "fuse_all_choice": self.fuse_all_choice}
+                "exact_choice": self.exact_choice, "fuse_all_choice": self.fuse_all_choice,
+                "costly_choices": list(self.costly_choices)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "OptionSpec":
         return cls(data["name"], tuple(data["choices"]), data["default"], bool(data.get("may_change_numerics")),
-                   data.get("doc", ""), data.get("exact_choice"), data.get("fuse_all_choice"))
+                   data.get("doc", ""), data.get("exact_choice"), data.get("fuse_all_choice"),
+                   tuple(data.get("costly_choices") or ()))
 
 
 @dataclass(frozen=True)

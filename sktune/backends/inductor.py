@@ -17,6 +17,7 @@ from torch import fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from sktune.backends._base import Backend, CompiledModel
+from sktune.backends.eager_order import EAGER_ORDER, eager_order_installed
 from sktune.backends.region_cache import RegionCache, region_key
 from sktune.capabilities import OptionSpec
 from sktune.graph.grouping import regions
@@ -52,12 +53,25 @@ EXTERN_OP_TYPES = frozenset({"linear", "matmul", "mm", "bmm", "addmm", "baddbmm"
 
 FALLBACK_OPTION = "fallback_ops"
 STITCH_OPTION = "stitch_units"  # a plan option of the backend, not an Inductor config key
+EAGER_ORDER_OPTION = "eager_order"  # idem: sum/mean/softmax decomposed in eager's order
+PLAN_ONLY_OPTIONS = (FALLBACK_OPTION, STITCH_OPTION, EAGER_ORDER_OPTION)
 
 OPTIONS = (
     OptionSpec("emulate_precision_casts", (False, True), False, True,
                "round intermediates to the source dtype like eager does; makes bf16 fusion bitwise",
                exact_choice=True),
-    OptionSpec("cpp_wrapper", (False, True), False, False, "C++ wrapper instead of Python around kernels"),
+    OptionSpec(EAGER_ORDER_OPTION, (False, True), False, True,
+               "sum, mean and softmax over the last dim added up in eager's order: bitwise and still fused",
+               exact_choice=True),
+    # A region over 24 identical layers compiles as one 24-layer graph (~40 s); stitched,
+    # it compiles one layer and calls it 24 times (a cut at each layer edge, ~4 µs a call).
+    # docs/measured.md "Compile cost". The fuse-all yardstick stays one whole graph.
+    OptionSpec(STITCH_OPTION, (True, False), True, False,
+               "compile a region that spans repeated layers layer by layer: one compile per distinct layer",
+               fuse_all_choice=False, costly_choices=(False,)),
+    # Each region's C++ wrapper is a C++ compile against torch's headers: 5-8 s per distinct region.
+    OptionSpec("cpp_wrapper", (False, True), False, False, "C++ wrapper instead of Python around kernels",
+               costly_choices=(True,)),
     OptionSpec("max_fusion_size", (16, 64, 256), 64, False, "largest number of nodes fused into one kernel"),
     OptionSpec("aggressive_fusion", (False, True), False, True, "fuse nodes without shared memory access"),
     OptionSpec("epilogue_fusion", (True, False), True, True, "fuse pointwise epilogues into templates"),
@@ -65,26 +79,21 @@ OPTIONS = (
                "graph rewrites such as mm + add → addmm (changes rounding: the add enters the GEMM accumulator)",
                exact_choice=False),
     OptionSpec("layout_optimization", (True, False), True, True, "channels-last for convolutions"),
-    # A region over 24 identical layers compiles as one 24-layer graph (~40 s); stitched,
-    # it compiles one layer and calls it 24 times (a cut at each layer edge, ~4 µs a call).
-    # docs/measured.md "Compile cost". The fuse-all yardstick stays one whole graph.
-    OptionSpec(STITCH_OPTION, (True, False), True, False,
-               "compile a region that spans repeated layers layer by layer: one compile per distinct layer",
-               fuse_all_choice=False),
 )
 
 
 class _FallbackKey(CustomGraphPass):
-    """A no-op pass whose uuid puts the fallback set into Inductor's FX-graph cache key."""
+    """A no-op pass whose uuid puts the fallback set and the eager-order rewrites (global
+    tables Inductor's FX-graph cache key does not see) into that key."""
 
-    def __init__(self, fallbacks: tuple[str, ...]) -> None:
-        self.fallbacks = fallbacks
+    def __init__(self, fallbacks: tuple[str, ...], eager_order: tuple[str, ...] = ()) -> None:
+        self.fallbacks, self.eager_order = fallbacks, eager_order
 
     def __call__(self, graph: fx.Graph) -> None:
         return None
 
     def uuid(self) -> Any:
-        return "sktune-fallbacks:" + ",".join(self.fallbacks)
+        return "sktune-plan-v2|fallbacks:" + ",".join(self.fallbacks) + "|eager-order:" + ",".join(self.eager_order)
 
 
 @contextlib.contextmanager
@@ -184,11 +193,12 @@ class InductorBackend(Backend):
     def config_patches(self, plan: Plan) -> dict[str, Any]:
         options = plan.option_dict
         known = {o.name for o in OPTIONS}
-        unknown = set(options) - known - {FALLBACK_OPTION}
+        unknown = set(options) - known - {FALLBACK_OPTION}  # the other plan-only options are in OPTIONS
         if unknown:
             raise ValueError(f"unknown inductor option(s) {sorted(unknown)}; known: {sorted(known | {FALLBACK_OPTION})}")
-        patches = {k: v for k, v in options.items() if k not in (FALLBACK_OPTION, STITCH_OPTION)}
-        patches["post_grad_custom_pre_pass"] = _FallbackKey(tuple(sorted(options.get(FALLBACK_OPTION, []))))
+        patches = {k: v for k, v in options.items() if k not in PLAN_ONLY_OPTIONS}
+        fallbacks = tuple(sorted(options.get(FALLBACK_OPTION, [])))
+        patches["post_grad_custom_pre_pass"] = _FallbackKey(fallbacks, _eager_order_ops(options, fallbacks))
         if self.profile_kernels:
             patches["cpp.enable_kernel_profile"] = True
         return patches
@@ -216,11 +226,12 @@ class InductorBackend(Backend):
             raise ValueError(f"no fallback known for op type(s) {unknown}; known: {sorted(FALLBACK_ATEN)}")
         patches = self.config_patches(plan)
         config = _config_key(patches, fallbacks)
+        eager_order = _eager_order_ops(plan.option_dict, fallbacks)
         for node in [n for n in gm.graph.nodes if n.op == "call_module" and str(n.target).startswith("sk_region_")]:
             sub, args = gm.get_submodule(str(node.target)), region_args[node.name]
 
             def compile_region(sub: fx.GraphModule = sub, args: list[Any] = args) -> Any:
-                with fallbacks_installed(fallbacks), _cacheable():
+                with fallbacks_installed(fallbacks), eager_order_installed(eager_order), _cacheable():
                     return compile_fx(sub, args, config_patches=patches)
 
             fn = self.regions.get_or_compile(region_key(sub, args, config), compile_region)
@@ -228,6 +239,13 @@ class InductorBackend(Backend):
             node.op, node.target = "call_function", _Region(fn, str(node.target))
         gm.recompile()
         return gm
+
+
+def _eager_order_ops(options: dict[str, Any], fallbacks: tuple[str, ...]) -> tuple[str, ...]:
+    """Op types to compile in eager's order: all that can be, unless the plan falls back on them."""
+    if not options.get(EAGER_ORDER_OPTION):
+        return ()
+    return tuple(t for t in EAGER_ORDER if t not in fallbacks)
 
 
 def stitched(spans: list[tuple[int, int]], unit_starts: tuple[int, ...],

@@ -84,7 +84,7 @@ class SearchSpace:
         for key in self.layout.cut_keys:
             domains.setdefault(key, [False, True])
         domains.update({f"fallback:{op}": [False, True] for op in self.fallbacks})
-        domains.update({o.name: list(o.choices) for o in self.options})
+        domains.update({o.name: list(o.sampled_choices) for o in self.options})
         return domains
 
     def suggest(self, trial: SuggestsParams) -> Plan:
@@ -173,6 +173,20 @@ class SearchSpace:
                 for key in self.layout.cut_keys]
 
     @property
+    def fuse_all_overrides(self) -> dict[str, Any]:
+        """Options the fuse-all yardstick takes outside the sampled domain: the compiler's own
+        whole-graph fusion, however costly to compile (the objective applies them)."""
+        return {o.name: o.fuse_all_choice for o in self.options if o.fuse_all_choice is not None}
+
+    def with_options(self, plan: Plan, overrides: dict[str, Any]) -> Plan:
+        """``plan`` with some options set outside the sampled domain (still within the backend's)."""
+        if not overrides:
+            return plan
+        changed = Plan.make(plan.scopes, {**plan.option_dict, **overrides})
+        self.check_options(changed)
+        return changed
+
+    @property
     def exact_options(self) -> dict[str, Any]:
         """Every option at the value known to keep eager numerics (e.g. no mm+add → addmm)."""
         return {o.name: o.exact_choice for o in self.options if o.exact_choice is not None}
@@ -187,8 +201,7 @@ class SearchSpace:
                     for name in self.fuse_all_variants if name in exact]
         candidates = [
             ("unfused", self.params_for(nothing)),
-            ("fuse-all", self.params_for(everything, **{o.name: o.fuse_all_choice for o in self.options
-                                                        if o.fuse_all_choice is not None})),
+            ("fuse-all", self.params_for(everything)),  # its option overrides: fuse_all_overrides
             *variants,
             ("fuse-all+fallbacks", self.params_for(everything, fallbacks=self.fallbacks)),
             ("fuse-all+fallbacks+exact-options", self.params_for(everything, fallbacks=self.fallbacks, **exact)),

@@ -31,9 +31,10 @@ def block_gap_share(space: SearchSpace, span_us: Sequence[float], gap_us: Sequen
 def profile_seeds(space: SearchSpace, targets: Sequence[str], span_us: Sequence[float], gap_us: Sequence[float],
                   exactness: Exactness) -> list[Seed]:
     """Named parameter sets, best guesses first (duplicates of anchors are dropped by the caller)."""
-    fallbacks = [op for op in space.fallbacks if op in exactness.inexact]
     exact = space.exact_options
     fixed = exactness.fixed_by_options if exact else frozenset()
+    # A fallback only where no exact option makes the fused op bitwise (cheaper: it stays fused).
+    fallbacks = [op for op in space.fallbacks if op in exactness.inexact and op not in fixed]
     blocking = exactness.inexact - set(fallbacks) - fixed
     usable = [not any(t in blocking for t in targets[first:last + 1]) for first, last in space.blocks]
     seeds: list[Seed] = []

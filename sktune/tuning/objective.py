@@ -72,10 +72,16 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         })
 
     def objective(trial: optuna.Trial) -> float:
-        plan = space.suggest(trial)
+        anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
+        # Costly option values never come from the sampler: fuse-all takes them as the
+        # yardstick, a refinement trial names them (tuning/refine.py).
+        overrides = space.fuse_all_overrides if anchor == "fuse-all" else (
+            trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {})
+        plan = space.with_options(space.suggest(trial), overrides)
+        if overrides:
+            trial.set_user_attr(TrialAttr.OPTION_OVERRIDES, overrides)
         trial.set_user_attr(TrialAttr.PLAN, plan.to_json())
         trial.set_user_attr(TrialAttr.WORKER, worker_tag())  # lets a resumed run fail this trial if we die
-        anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
         hopeless = None if anchor or exactness is None else exactness.hopeless(
             plan, targets, space.exact_options, space.fallback_option)
         if hopeless:  # known not to be bitwise: not worth a compile

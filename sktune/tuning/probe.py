@@ -33,9 +33,12 @@ def _describe_arg(a: Any) -> Any:
     return repr(a)
 
 
-def probe_key(backend: str, target: str, node: fx.Node) -> str:
+def probe_key(backend: str, target: str, node: fx.Node, exact_options: dict[str, Any] | None = None) -> str:
+    """The cache key of one probe: the op, its inputs, and the exact options it is tried with
+    (a new exact option asks every op again)."""
     inputs = json.dumps([_describe_arg(a) for a in node.args] + [[k, _describe_arg(v)] for k, v in node.kwargs.items()])
-    return f"{backend}|torch {torch.__version__}|{target}|{inputs}"
+    exact = json.dumps(exact_options or {}, sort_keys=True)
+    return f"{backend}|torch {torch.__version__}|{target}|{inputs}|exact {exact}"
 
 
 def isolating_span(i: int, n_ops: int, legal: set[int]) -> tuple[int, int]:
@@ -51,17 +54,23 @@ def isolating_span(i: int, n_ops: int, legal: set[int]) -> tuple[int, int]:
 def probe_exactness(runner: Any, cache_file: Path | None, exact_options: dict[str, Any],
                     shape: str | None = None) -> dict[str, dict[str, Any]]:
     """``{op type: {"alone": bitwise?, "exact_options": bitwise with them? (None: not tried), "op": i}}``,
-    at ``shape`` (None: the model's heaviest or only shape)."""
+    at ``shape`` (None: the model's heaviest or only shape).
+
+    Every instance with its own input signature is probed (a mean over a 128-wide hidden
+    state and one over a 32-wide head can differ); an op type is exact only if each is,
+    and "op" names the first instance that is not."""
     cache = _load(cache_file)
     graph = runner.shape(shape).graph
     nodes = graph.op_nodes
     legal = set(graph.boundaries)
     n_ops = len(graph.ops)
     out: dict[str, dict[str, Any]] = {}
+    seen: set[str] = set()
     for i, op in enumerate(graph.ops):
-        if op.target in out:
+        key = probe_key(runner.backend.name, op.target, nodes[i], exact_options)
+        if key in seen:
             continue
-        key = probe_key(runner.backend.name, op.target, nodes[i])
+        seen.add(key)
         if key not in cache:
             first, last = isolating_span(i, n_ops, legal)
             scopes = [Scope(first, last, "probe")]
@@ -71,9 +80,19 @@ def probe_exactness(runner: Any, cache_file: Path | None, exact_options: dict[st
                 fixed = runner.mismatches(Plan.make(scopes, dict(exact_options)), shape) == 0
             cache[key] = {"alone": alone, "exact_options": fixed}
             log.debug("probe %s (ops %d..%d): alone=%s exact_options=%s", op.target, first, last, alone, fixed)
-        out[op.target] = {**cache[key], "op": i}
+        out[op.target] = _both(out.get(op.target), {**cache[key], "op": i})
     _save(cache_file, cache)
     return out
+
+
+def _both(before: dict[str, Any] | None, this: dict[str, Any]) -> dict[str, Any]:
+    """One op type's answer over two of its instances: exact only where both are."""
+    if before is None:
+        return this
+    alone = bool(before["alone"] and this["alone"])
+    fixed = None if alone else all(bool(a["alone"] or a["exact_options"]) for a in (before, this))
+    first_inexact = before if not before["alone"] or this["alone"] else this
+    return {"alone": alone, "exact_options": fixed, "op": first_inexact["op"]}
 
 
 def across_shapes(answers: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:

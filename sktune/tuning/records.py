@@ -23,6 +23,7 @@ class TrialAttr:
 
     PLAN = "plan"  # the plan as JSON
     ANCHOR = "anchor"  # name of the enqueued starting point (anchor or seed); absent: sampled
+    OPTION_OVERRIDES = "option_overrides"  # options set outside the sampled domain (costly choices)
     WORKER = "worker"  # host and pid of the process running it (orphan detection)
     SKIPPED = "skipped"  # why it was not compiled (the exactness probe)
     PRUNED = "pruned"  # why its measurement was stopped early

@@ -1,11 +1,12 @@
-"""After the search: the best plan once more in its expensive-to-compile form.
+"""After the search: the best plan once more with each costly option value.
 
-The search compiles regions that span repeated layers layer by layer (``stitch_units``:
-one compile per distinct layer, seconds instead of a minute on a deep model). A stitched
-region calls each layer separately, which costs a little at run time. So the cheap form
-is searched and the winner alone pays for the whole-region compile: one more trial,
-queued like an anchor, timed and verified like any other, and kept only if it is faster
-(docs/measured.md "Compile cost").
+Some option values make a compile much slower without often making the model faster:
+whole regions over 24 layers instead of stitched ones (``stitch_units``: one compile
+per distinct layer, seconds instead of a minute), a C++ wrapper per region (a C++
+compile against torch's headers each). The sampler never picks them
+(``OptionSpec.costly_choices``); the winner alone pays for them, one trial per value,
+queued like an anchor, verified and timed like any other, kept only if it is faster
+(docs/measured.md "Compile cost"). Cheap candidates first, where that loses nothing.
 """
 
 from __future__ import annotations
@@ -25,39 +26,52 @@ from sktune.tuning.records import TrialAttr, top_records
 log = logging.getLogger(__name__)
 
 STITCH_OPTION = "stitch_units"  # the Inductor backend's option (backends/inductor.py)
-UNSTITCHED = "best-unstitched"  # the refinement trial's anchor name
+REFINED = "best+"  # refinement trials are anchors named "best+<option>=<value>"
 
 
-def stitches(plan: Plan, space: SearchSpace) -> bool:
-    """Whether ``plan`` has a stitched region that spans a repeated unit's start."""
-    if not plan.option_dict.get(STITCH_OPTION) or space.repeats is None:
+def changes_anything(plan: Plan, space: SearchSpace, option: str) -> bool:
+    """Whether setting ``option`` can change how ``plan`` runs: it needs a region, and
+    stitching needs a region that spans a repeated unit's start."""
+    spans = regions(space.n_ops, plan.scopes)
+    if option != STITCH_OPTION:
+        return bool(spans)
+    if space.repeats is None:
         return False
     starts = [first for first, _ in space.repeats.units]
-    return any(first < s <= last for first, last in regions(space.n_ops, plan.scopes) for s in starts)
+    return any(first < s <= last for first, last in spans for s in starts)
 
 
-def unstitched_params(study: optuna.Study, space: SearchSpace) -> dict[str, Any] | None:
-    """The best exact trial's parameters with stitching off, when that is a different,
-    untried plan; else None."""
+def next_refinement(study: optuna.Study, space: SearchSpace) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """(name, params, option overrides) of the next untried costly variant of the best exact
+    plan, or None. Variants build on each other: the next one starts from the current best."""
     top = top_records(study, 1)
     if not top:
         return None
     best = study.trials[top[0].number]
-    if STITCH_OPTION not in best.params or not stitches(space.decode(best.params), space):
-        return None
-    params = {**best.params, STITCH_OPTION: False}
-    plan = space.decode(params)
-    if any(t.user_attrs.get(TrialAttr.PLAN) == plan.to_json() for t in study.trials):
-        return None
-    return params
+    plan = Plan.from_json(best.user_attrs[TrialAttr.PLAN])
+    tried = {json_key(t.user_attrs.get(TrialAttr.PLAN)) for t in study.trials}
+    for option in space.options:
+        for value in option.costly_choices:
+            if plan.option_dict.get(option.name) == value or not changes_anything(plan, space, option.name):
+                continue
+            overrides = {**(best.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}), option.name: value}
+            variant = space.with_options(plan, overrides)
+            if json_key(variant.to_json()) not in tried:
+                return f"{REFINED}{option.name}={value}", dict(best.params), overrides
+    return None
+
+
+def json_key(plan_json: dict[str, Any] | None) -> str | None:
+    return None if plan_json is None else Plan.from_json(plan_json).dumps()
 
 
 def refine_best(study: optuna.Study, space: SearchSpace, objective: Callable[[optuna.Trial], float],
                 callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] | None = None) -> None:
-    """Run the best plan unstitched once (see the module docstring); nothing when not needed."""
-    params = unstitched_params(study, space)
-    if params is None:
-        return
-    log.info("compiling the best plan's regions whole, once")
-    study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: UNSTITCHED})
-    study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=callbacks or [])
+    """Try the best plan with each costly option value, one trial each (module docstring)."""
+    while (refinement := next_refinement(study, space)) is not None:
+        name, params, overrides = refinement
+        log.info("trying the best plan with %s", name.removeprefix(REFINED))
+        study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name, TrialAttr.OPTION_OVERRIDES: overrides})
+        study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=callbacks or [])
+        if study.trials[-1].state == optuna.trial.TrialState.WAITING:  # it did not run: do not loop
+            return

@@ -101,12 +101,16 @@ def test_a_region_over_all_layers_compiles_one_layer_when_stitched(stack) -> Non
     assert backend.compile_counts() == {"regions_compiled": 1, "regions_reused": 0}
 
 
-def test_the_fuse_all_yardstick_is_not_stitched(stack) -> None:
+def test_the_fuse_all_yardstick_is_not_stitched_and_costly_values_are_never_sampled(stack) -> None:
     from sktune.space.search_space import build_space
 
     graph, _, _ = stack
     caps = InductorBackend().capabilities(graph)
     space = build_space([o.target for o in graph.ops], [o.module for o in graph.ops], graph.boundaries, caps)
+    assert space.fuse_all_overrides == {"stitch_units": False}  # the objective applies it to "fuse-all"
+    domains = space.domains()
+    assert domains["stitch_units"] == [True] and domains["cpp_wrapper"] == [False]
     anchors = {name: space.decode(params) for name, params in space.anchors()}
-    assert anchors["fuse-all"].option_dict["stitch_units"] is False
     assert anchors["fuse-all+fallbacks"].option_dict["stitch_units"] is True  # cheap to compile
+    whole = space.with_options(anchors["fuse-all"], space.fuse_all_overrides)
+    assert whole.option_dict["stitch_units"] is False and whole.scopes == anchors["fuse-all"].scopes

@@ -29,7 +29,8 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     data = json.loads(summary_path.read_text())
     assert SUMMARY_KEYS <= set(data)
     assert data["study"] == "e2e" and data["backend"] == "inductor" and data["input_sets"] == 3
-    assert data["n_trials"] == 7 and data["n_complete"] + data["n_failed"] + data["n_pruned"] == 7
+    # 7 trials, plus the best plan tried once with each costly option value (tuning/refine.py)
+    assert data["n_trials"] in (7, 8) and data["n_complete"] + data["n_failed"] + data["n_pruned"] == data["n_trials"]
     assert data["verified_bitwise"] is True
     lo, hi = data["speedup_ci"]
     assert lo <= data["speedup"] <= hi
@@ -42,7 +43,9 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
 
     study = optuna.load_study(study_name="e2e", storage=storage)
     trials = finished(study.get_trials())
-    assert len(trials) == 7
+    assert len(trials) == data["n_trials"]
+    refined = [t for t in trials if str(t.user_attrs.get("anchor", "")).startswith("best+")]
+    assert len(trials) - len(refined) == 7
     anchors = [t.user_attrs.get("anchor") for t in trials]
     assert anchors[:2] == ["unfused", "fuse-all"]
     unfused = trials[0]
@@ -55,7 +58,9 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     again = sktune("run", str(studies_dir / "quant_block.py"), "--backend", "inductor", "--trials", "2",
                    "--storage", storage, "--study", "e2e", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert len(finished(optuna.load_study(study_name="e2e", storage=storage).get_trials())) == 9
+    # Two more searched trials; a refinement only if the best plan changed to an untried one.
+    resumed = finished(optuna.load_study(study_name="e2e", storage=storage).get_trials())
+    assert len([t for t in resumed if not str(t.user_attrs.get("anchor", "")).startswith("best+")]) == 9
 
 
 @pytest.mark.slow  # ~1 min: three worker faults and restarts; CI runs it (.ci/run)
@@ -70,7 +75,7 @@ def test_crash_raise_and_garbage_are_failed_trials(test_models: Path, tmp_path: 
     assert reasons[0].startswith("crash: worker exited with code 3")
     assert reasons[1] == "error: RuntimeError: injected fault"
     assert reasons[2].startswith("error: malformed result")
-    assert [t.state.name for t in trials] == ["FAIL"] * 3 + ["COMPLETE"] * 2
+    assert [t.state.name for t in trials][:5] == ["FAIL"] * 3 + ["COMPLETE"] * 2  # then any refinement
     assert "Traceback" not in result.stderr
 
 

@@ -1,4 +1,5 @@
-"""The best stitched plan is retried once with its regions compiled whole (hand-made study)."""
+"""After the search the best plan is tried with each costly option value, one trial each,
+building on each other (hand-made study, a stand-in objective: no compile)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sktune.graph.capture import capture
 from sktune.load import build, draw_inputs, load_model_file
 from sktune.space.search_space import build_space
 from sktune.tuning.records import TrialAttr
-from sktune.tuning.refine import UNSTITCHED, refine_best, stitches, unstitched_params
+from sktune.tuning.refine import changes_anything, next_refinement, refine_best
 from tests.report_fixtures import _timing
 
 MODELS = Path(__file__).parent.parent / "models"
@@ -36,28 +37,37 @@ def _study_with(space, params: dict, ratio: float) -> optuna.Study:
     return study
 
 
-def test_the_best_stitched_plan_gets_one_unstitched_trial(space) -> None:
-    anchors = dict(space.anchors())
-    best = anchors["fuse-all+fallbacks"]
-    assert stitches(space.decode(best), space)
-    study = _study_with(space, best, 0.7)
-    ran: list[dict] = []
-
+def _objective(space, ratios: dict[str, float], ran: list[dict]):
+    """Applies the trial's overrides as the real objective does; the ratio comes from ``ratios``."""
     def objective(trial: optuna.Trial) -> float:
-        plan = space.suggest(trial)
+        overrides = trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}
+        plan = space.with_options(space.suggest(trial), overrides)
         ran.append(plan.option_dict)
         trial.set_user_attr(TrialAttr.PLAN, plan.to_json())
-        return 0.69
+        ratio = ratios[trial.user_attrs[TrialAttr.ANCHOR]]
+        trial.set_user_attr(TrialAttr.TIMING, _timing(ratio))
+        return ratio
+    return objective
 
+
+def test_the_best_plan_is_tried_with_each_costly_value_in_turn(space) -> None:
+    best = dict(space.anchors())["fuse-all+fallbacks"]
+    assert changes_anything(space.decode(best), space, "stitch_units")
+    study = _study_with(space, best, 0.7)
+    ran: list[dict] = []
+    # Whole regions win (0.65), then the C++ wrapper on top of them loses (0.8).
+    objective = _objective(space, {"best+stitch_units=False": 0.65, "best+cpp_wrapper=True": 0.8}, ran)
     refine_best(study, space, objective)
-    assert len(ran) == 1 and ran[0]["stitch_units"] is False
-    last = study.trials[-1]
-    assert last.user_attrs[TrialAttr.ANCHOR] == UNSTITCHED
-    assert space.decode(last.params).scopes == space.decode(best).scopes
-    assert unstitched_params(study, space) is None  # tried already: not again on a resumed run
+    assert [(r["stitch_units"], r["cpp_wrapper"]) for r in ran] == [(False, False), (False, True)]
+    assert [t.user_attrs[TrialAttr.ANCHOR] for t in study.trials[1:]] == [
+        "best+stitch_units=False", "best+cpp_wrapper=True"]
+    # The second builds on the first: its overrides carry the whole regions along.
+    assert study.trials[2].user_attrs[TrialAttr.OPTION_OVERRIDES] == {"stitch_units": False, "cpp_wrapper": True}
+    assert next_refinement(study, space) is None  # all tried: a resumed run adds nothing
 
 
-def test_no_refinement_when_no_region_spans_a_layer(space) -> None:
+def test_stitching_is_not_retried_when_no_region_spans_a_layer(space) -> None:
     per_unit = space.params_for([True] * len(space.blocks), split=space.unit_edges())
-    assert not stitches(space.decode(per_unit), space)
-    assert unstitched_params(_study_with(space, per_unit, 0.7), space) is None
+    assert not changes_anything(space.decode(per_unit), space, "stitch_units")
+    name, _, overrides = next_refinement(_study_with(space, per_unit, 0.7), space)
+    assert name == "best+cpp_wrapper=True" and overrides == {"cpp_wrapper": True}

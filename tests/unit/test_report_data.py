@@ -28,7 +28,8 @@ def finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def test_history_one_row_per_finished_trial_and_best_so_far_never_rises(study: optuna.Study) -> None:
     hist = trials_data.history(study)
     trials = finished(study)
-    assert len(trials) == 8
+    refined = [t for t in trials if str(t.user_attrs.get("anchor", "")).startswith("best+")]
+    assert len(trials) - len(refined) == 8 and len(refined) <= 1  # tiny_norm's one costly option: cpp_wrapper
     assert hist["number"].tolist() == [t.number for t in trials]
     assert (hist["status"] == "failed").sum() == 1  # the injected crash
     failed = hist[hist["status"] == "failed"].iloc[0]
@@ -87,7 +88,7 @@ def test_time_breakdown_and_kernels(study: optuna.Study) -> None:
 
 def test_trials_table_and_failures(study: optuna.Study) -> None:
     table = trials_data.trials_table(study)
-    assert len(table) == 8
+    assert len(table) == len(finished(study))
     failed = table[table["state"] == "FAIL"]
     assert len(failed) == 1 and failed["reason"].iloc[0].startswith("crash:") and failed["bitwise"].iloc[0] == ""
     complete = table[table["state"] == "COMPLETE"]
