@@ -131,8 +131,11 @@ class _Progress:
         self.progress.update(self.task, description=f"{study.study_name}: {len(description['ops'])} ops, tuning…")
 
     def on_trial(self, study: Any, trial: Any) -> None:
-        from sktune.tuning.records import best_record, speedup_of
+        from sktune.tuning.records import TrialAttr, best_record, speedup_of
+        from sktune.tuning.refine import REFINED
 
+        if str(trial.user_attrs.get(TrialAttr.ANCHOR) or "").startswith(REFINED):  # on top of --trials
+            self.progress.update(self.task, total=(self.progress.tasks[0].total or 0) + 1)
         best = best_record(study)
         text = (f"{study.study_name}: best exact {speedup_of(best.ratio):.2f}× (trial {best.number})"
                 if best else study.study_name)
