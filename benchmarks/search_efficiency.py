@@ -170,7 +170,9 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
         "from sktune.space.plan import Plan\n"
         "from sktune.tuning.protocol import TrialRequest\n"
         "from sktune.tuning.runner import RunnerConfig, TrialRunner\n"
-        f"runner = TrialRunner(RunnerConfig(model_path={str(model.resolve())!r}))\n"
+        f"runner = TrialRunner(RunnerConfig(model_path={str(model.resolve())!r}, "
+        f"capture_cache={str((settings.cache_root / 'captures').resolve())!r}))\n"
+        "print('capture', runner.startup_s['capture'], runner.capture_reused, file=sys.stderr)\n"
         "plans = json.load(sys.stdin)\n"
         "out = []\n"
         "for plan in plans:\n"
@@ -183,6 +185,9 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
     result = subprocess.run([sys.executable, "-c", code], input=json.dumps(plans), capture_output=True, text=True,
                             check=True)
     warm = json.loads(result.stdout.strip().splitlines()[-1])
+    capture_line = [line for line in result.stderr.splitlines() if line.startswith("capture ")][-1].split()
+    print(f"second start: captured graph {'loaded from the cache' if capture_line[2] == 'True' else 'captured again'} "
+          f"in {float(capture_line[1]):.2f} s")
     print(f"per-trial overhead beyond measurement, warm cache ({len(warm)} plans again, fresh process): "
           f"median {statistics.median(warm):.2f} s (min {min(warm):.2f}, max {max(warm):.2f}; "
           f"first {warm[0]:.2f} s includes the process's first compile)")

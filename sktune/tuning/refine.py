@@ -45,6 +45,8 @@ def next_refinement(study: optuna.Study, space: SearchSpace) -> tuple[str, dict[
     """(name, params, option overrides) of the next untried costly variant of the search's
     best exact plan, or None. One costly value at a time, never two together: a C++
     wrapper around a whole 3,000-op region takes minutes to compile."""
+    if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        return None  # starting points the budget did not reach would run first (Optuna's queue is FIFO)
     searched = [r for r in top_records(study, len(study.trials)) if not str(r.anchor or "").startswith(REFINED)]
     if not searched:
         return None

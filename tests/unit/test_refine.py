@@ -71,3 +71,12 @@ def test_stitching_is_not_retried_when_no_region_spans_a_layer(space) -> None:
     assert not changes_anything(space.decode(per_unit), space, "stitch_units")
     name, _, overrides = next_refinement(_study_with(space, per_unit, 0.7), space)
     assert name == "best+cpp_wrapper=True" and overrides == {"cpp_wrapper": True}
+
+
+def test_no_refinement_while_starting_points_wait(space) -> None:
+    """Optuna runs queued trials first come first served: with an anchor still queued (the
+    budget ran out before it), a refinement would run that anchor instead of itself."""
+    anchors = dict(space.anchors())
+    study = _study_with(space, anchors["fuse-all+fallbacks"], 0.7)
+    study.enqueue_trial(anchors["safe-runs"], user_attrs={TrialAttr.ANCHOR: "safe-runs"})
+    assert next_refinement(study, space) is None
