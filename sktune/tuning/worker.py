@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import sys
 import traceback
 from dataclasses import asdict
 from multiprocessing.connection import Connection
@@ -22,11 +23,13 @@ from sktune.tuning.protocol import MalformedResult, TimingUpdate, TrialRequest, 
 log = logging.getLogger(__name__)
 
 
-def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> None:
+def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, parent_pid: int | None = None) -> None:
     """Worker main: build the runner once, then answer requests until told to stop."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
+    if parent_pid is not None:
+        _die_with_parent(parent_pid)
     if cache_dir:  # before torch is imported: one Inductor cache per study
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's own logs off the user's screen
@@ -61,6 +64,24 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None) -> N
             conn.send(("ok", handler(payload)))
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """On Linux the kernel kills this worker when the tuner dies (SIGTERM from a job
+    scheduler, SIGKILL, out of memory), even in the middle of a minute-long compile that
+    would otherwise run on, orphaned, on the cores the next run times on. Elsewhere the
+    closed pipe ends the worker at its next request."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the tuner died before the request took effect
+        os._exit(1)
 
 
 def _maybe_inject_fault() -> bool:
@@ -114,7 +135,8 @@ class SupervisedWorker:
     def start(self) -> dict[str, Any]:
         """Start the worker and wait until the model is loaded, captured and checked."""
         parent, child = self._ctx.Pipe()
-        self._process = self._ctx.Process(target=_serve, args=(child, self.config, self.cache_dir), daemon=True)
+        self._process = self._ctx.Process(target=_serve, args=(child, self.config, self.cache_dir, os.getpid()),
+                                          daemon=True)
         self._process.start()
         child.close()
         self._conn = parent

@@ -150,3 +150,38 @@ def test_workers_creating_a_fresh_postgres_storage_at_once(postgres_url: str) ->
              for _ in range(6)]
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 6, errors
+
+
+@pytest.mark.slow  # ~15 s: a worker start; CI runs it
+def test_the_worker_dies_with_a_killed_tuner(tmp_path: Path) -> None:
+    """SIGKILL (or a scheduler's SIGTERM) of the tuner must not leave its worker busy (a
+    long compile; here the test-only hang fault) on the cores the next run times on. An
+    idle worker would end anyway when the pipe closes; a busy one only by the kernel."""
+    code = (
+        "import sys, time\n"
+        "from sktune.space.plan import Plan\n"
+        "from sktune.tuning.protocol import TrialRequest\n"
+        "from sktune.tuning.worker import SupervisedWorker, runner_config\n"
+        f"w = SupervisedWorker(runner_config(model_path={str(MODELS / 'tiny_norm.py')!r}), None)\n"
+        "w.start()\n"
+        "print(w._process.pid, flush=True)\n"
+        "w.run(TrialRequest(Plan.make([])), 600)\n"
+    )
+    env = {**os.environ, "SKTUNE_TEST_FAULT": "hang", "SKTUNE_TEST_FAULT_MARKER": str(tmp_path / "n")}
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    worker_pid = int(parent.stdout.readline())
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "n").exists():  # the worker has taken the request and hangs in it
+        assert time.monotonic() < deadline, "the worker never took the request"
+        time.sleep(0.05)
+    os.kill(worker_pid, 0)  # alive while the tuner is
+    parent.kill()
+    parent.wait(30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"worker {worker_pid} outlived its killed tuner")
