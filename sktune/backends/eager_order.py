@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from sktune.backends.inductor_tables import tables_restored
+
 aten = torch.ops.aten
 
 LANES = 8  # Vectorized<float> width of the build ATen's sum kernel runs (AVX2)
@@ -149,27 +151,12 @@ def eager_order_installed(op_types: tuple[str, ...]) -> Iterator[None]:
     inexact code: each instance is exact, fused where it can be. The decomposition and
     lowering tables are restored after.
     """
-    from torch._inductor import decomposition, lowering
+    from torch._inductor import lowering
 
-    tables = [decomposition.decompositions, decomposition.fast_random_decomps()]
-    saved = [dict(t) for t in tables]
-    saved_lowerings = dict(lowering.lowerings)
-    saved_fallbacks = set(lowering.fallbacks)
-    saved_realized = set(lowering.needs_realized_inputs)
-    try:
+    with tables_restored() as tables:
         for op_type in op_types:
             overload, form = EAGER_ORDER[op_type]
             for table in tables:
                 table[overload] = form
             lowering.make_fallback(overload, override_decomp=True, warn=False)
         yield
-    finally:
-        for table, before in zip(tables, saved):
-            table.clear()
-            table.update(before)
-        lowering.lowerings.clear()
-        lowering.lowerings.update(saved_lowerings)
-        lowering.fallbacks.clear()
-        lowering.fallbacks.update(saved_fallbacks)
-        lowering.needs_realized_inputs.clear()
-        lowering.needs_realized_inputs.update(saved_realized)

@@ -18,6 +18,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from sktune.backends._base import Backend, CompiledModel
 from sktune.backends.eager_order import EAGER_ORDER, eager_order_installed
+from sktune.backends.inductor_tables import tables_restored
 from sktune.backends.region_cache import RegionCache, region_key
 from sktune.capabilities import OptionSpec
 from sktune.graph.grouping import regions
@@ -104,16 +105,9 @@ def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[None]:
     ``compile_fx`` a table of our own would put unpicklable ops into its cache key and
     turn the FX-graph cache off), and get fallback lowerings.
     """
-    from torch._inductor import decomposition, lowering
+    from torch._inductor import lowering
 
-    # select_decomp_table() hands out a cached copy (fast_random_decomps): edit both.
-    tables = [decomposition.decompositions, decomposition.fast_random_decomps()]
-    saved_tables = [dict(t) for t in tables]
-    # make_fallback touches three process-global tables; restore all of them.
-    saved_lowerings = dict(lowering.lowerings)
-    saved_fallbacks = set(lowering.fallbacks)
-    saved_realized = set(lowering.needs_realized_inputs)
-    try:
+    with tables_restored() as tables:
         for op_type in op_types:
             for aten_name in FALLBACK_ATEN[op_type]:
                 packet = getattr(aten, aten_name)
@@ -122,16 +116,6 @@ def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[None]:
                         table.pop(getattr(packet, overload), None)
                 lowering.make_fallback(packet, override_decomp=True, warn=False)
         yield
-    finally:
-        for table, saved in zip(tables, saved_tables):
-            table.clear()
-            table.update(saved)
-        lowering.lowerings.clear()
-        lowering.lowerings.update(saved_lowerings)
-        lowering.fallbacks.clear()
-        lowering.fallbacks.update(saved_fallbacks)
-        lowering.needs_realized_inputs.clear()
-        lowering.needs_realized_inputs.update(saved_realized)
 
 
 @contextlib.contextmanager
