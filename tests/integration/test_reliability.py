@@ -135,7 +135,10 @@ def test_many_workers_one_study(tmp_path: Path, kind: str, request: pytest.Fixtu
     assert sorted(numbers) == list(range(len(trials))), numbers  # no trial twice, none lost
     # Plans the exactness probe calls hopeless are skipped without a compile and do not count.
     measured = [t for t in trials if "skipped" not in t.user_attrs]
-    assert len(measured) == 12
+    # Each worker may end by trying the best plan with a costly option (tuning/refine.py):
+    # tiny_norm has one (cpp_wrapper), on top of each worker's --trials.
+    refined = [t for t in measured if str(t.user_attrs.get("anchor", "")).startswith("best+")]
+    assert len(measured) - len(refined) == 12 and len(refined) <= 3
     pids = {t.user_attrs["worker"]["pid"] for t in measured}
     assert len(pids) == 3, "every worker ran trials"
     bests = {optuna.load_study(study_name="w", storage=optuna_storage).best_trial.number for _ in range(2)}
