@@ -23,6 +23,7 @@ from sktune.backends.region_cache import RegionCache, region_key
 from sktune.capabilities import OptionSpec
 from sktune.graph.grouping import regions
 from sktune.graph.opgraph import OpGraph, op_nodes
+from sktune.graph.structure import find_repeats, stitched, unit_starts
 from sktune.space.plan import Plan, check_plan
 
 aten = torch.ops.aten
@@ -232,32 +233,14 @@ def _eager_order_ops(options: dict[str, Any], fallbacks: tuple[str, ...]) -> tup
     return tuple(t for t in EAGER_ORDER if t not in fallbacks)
 
 
-def stitched(spans: list[tuple[int, int]], unit_starts: tuple[int, ...],
-             legal: set[int]) -> list[tuple[int, int]]:
-    """``spans`` cut before every repeated unit that starts strictly inside one (where legal)."""
-    out = []
-    for first, last in spans:
-        for start in unit_starts:
-            if first < start <= last and start - 1 in legal:
-                out.append((first, start - 1))
-                first = start
-        out.append((first, last))
-    return out
-
-
 _UNIT_STARTS: "weakref.WeakKeyDictionary[fx.GraphModule, tuple[int, ...]]" = weakref.WeakKeyDictionary()
 
 
 def _unit_starts(graph: OpGraph) -> tuple[int, ...]:
-    """Where ``graph``'s repeated units (the search space's) start, and where the op after
-    the last one starts: cut there, every unit of a region is the same compiled graph."""
-    from sktune.graph.structure import find_repeats
-
+    """``structure.unit_starts`` of ``graph``'s repeated units (the search space's), once per graph."""
     if graph.gm not in _UNIT_STARTS:
         repeats = find_repeats([o.target for o in graph.ops], [o.module for o in graph.ops])
-        units = repeats.units if repeats is not None else ()
-        starts = [first for first, _ in units] + ([units[-1][1] + 1] if units else [])
-        _UNIT_STARTS[graph.gm] = tuple(s for s in starts if 0 < s < len(graph.ops))
+        _UNIT_STARTS[graph.gm] = unit_starts(repeats, len(graph.ops))
     return _UNIT_STARTS[graph.gm]
 
 

@@ -90,3 +90,24 @@ def differing_ends(unit_times: Sequence[float], tolerance: float = 0.10) -> tupl
         return False, False
     return (abs(unit_times[0] - median) / median > tolerance,
             abs(unit_times[-1] - median) / median > tolerance)
+
+
+def unit_starts(repeats: Repeats | None, n_ops: int) -> tuple[int, ...]:
+    """Where the repeated units start, and where the op after the last one starts: cut
+    there, every unit of a region is the same graph (stitching, ``stitched``)."""
+    units = repeats.units if repeats is not None else ()
+    starts = [first for first, _ in units] + ([units[-1][1] + 1] if units else [])
+    return tuple(s for s in starts if 0 < s < n_ops)
+
+
+def stitched(spans: Sequence[tuple[int, int]], starts: Sequence[int],
+             legal: set[int] | None = None) -> list[tuple[int, int]]:
+    """``spans`` cut before every unit start strictly inside one (where legal; None: anywhere)."""
+    out = []
+    for first, last in spans:
+        for start in starts:
+            if first < start <= last and (legal is None or start - 1 in legal):
+                out.append((first, start - 1))
+                first = start
+        out.append((first, last))
+    return out

@@ -7,6 +7,7 @@ constant arguments), so a second study of the same model probes nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -103,10 +104,8 @@ def across_shapes(answers: list[dict[str, dict[str, Any]]]) -> dict[str, dict[st
         return first
     out: dict[str, dict[str, Any]] = {}
     for target, answer in first.items():
-        each = [a[target] for a in answers if target in a]
-        alone = all(a["alone"] for a in each)
-        fixed = None if alone else all(bool(a["alone"] or a["exact_options"]) for a in each)
-        out[target] = {"alone": alone, "exact_options": fixed, "op": answer["op"]}
+        combined = functools.reduce(_both, [a[target] for a in answers if target in a], None)
+        out[target] = {**combined, "op": answer["op"]}
     return out
 
 

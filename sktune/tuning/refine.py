@@ -17,7 +17,9 @@ from typing import Any
 
 import optuna
 
+from sktune.backends.inductor import STITCH_OPTION
 from sktune.graph.grouping import regions
+from sktune.graph.structure import stitched, unit_starts
 from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.objective import TrialFailed
@@ -25,20 +27,16 @@ from sktune.tuning.records import TrialAttr, top_records
 
 log = logging.getLogger(__name__)
 
-STITCH_OPTION = "stitch_units"  # the Inductor backend's option (backends/inductor.py)
 REFINED = "best+"  # refinement trials are anchors named "best+<option>=<value>"
 
 
 def changes_anything(plan: Plan, space: SearchSpace, option: str) -> bool:
     """Whether setting ``option`` can change how ``plan`` runs: it needs a region, and
-    stitching needs a region that spans a repeated unit's start."""
+    stitching needs a region that the backend would cut at a unit edge (``stitched``)."""
     spans = regions(space.n_ops, plan.scopes)
     if option != STITCH_OPTION:
         return bool(spans)
-    if space.repeats is None:
-        return False
-    starts = [first for first, _ in space.repeats.units]
-    return any(first < s <= last for first, last in spans for s in starts)
+    return stitched(spans, unit_starts(space.repeats, space.n_ops)) != spans
 
 
 def next_refinement(study: optuna.Study, space: SearchSpace) -> tuple[str, dict[str, Any], dict[str, Any]] | None:

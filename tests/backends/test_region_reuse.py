@@ -78,7 +78,7 @@ def test_region_key_sees_structure_inputs_and_configuration() -> None:
 
 
 def test_stitched_cuts_only_inside_regions_and_where_legal() -> None:
-    from sktune.backends.inductor import stitched
+    from sktune.graph.structure import stitched
 
     starts = (10, 20, 30)
     assert stitched([(0, 35)], starts, set(range(40))) == [(0, 9), (10, 19), (20, 29), (30, 35)]
