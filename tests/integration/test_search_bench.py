@@ -15,7 +15,7 @@ import pytest
 
 from sktune.benchlib.exhaustive import distinct_plans, measure_all, save, small_space
 from sktune.benchlib.replay import STRATEGIES, exhaustive_best, replay, summarize
-from sktune.tuning.probe import probe_exactness
+from sktune.tuning.probe import isolating_span, one_by_one_answers, probe_exactness, side_by_side_answers
 from sktune.tuning.runner import RunnerConfig, TrialRunner
 
 TINY = Path(__file__).resolve().parents[1] / "models" / "tiny_norm.py"
@@ -71,3 +71,22 @@ def test_exhaustive_table_and_replay(runner: TrialRunner, tmp_path: Path) -> Non
                           "--seeds", "2", "--max-trials", "20"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "sktune" in out.stdout and "random needs" in out.stdout
+
+
+def test_side_by_side_probe_gives_the_one_by_one_answers_in_one_compile(test_models: Path) -> None:
+    """The probe compiles every op's span side by side in one graph (and the inexact ones
+    once more with the exact options); its answers must be those of one compile per span."""
+    runner = TrialRunner(RunnerConfig(model_path=str(test_models / "probe_mix.py"), input_sets=2))
+    graph, legal = runner.graph, set(runner.graph.boundaries)
+    spans = {f"{i} {op.target}": isolating_span(i, len(graph.ops), legal) for i, op in enumerate(graph.ops)
+             if op.target != "getitem"}
+    exact = {o.name: o.exact_choice for o in runner.capabilities.options if o.exact_choice is not None}
+    runner.backend.compile_counts()
+    together = side_by_side_answers(runner, None, spans, exact)
+    assert runner.backend.compile_counts()["regions_compiled"] == 2  # all alone, then the inexact with options
+    assert together == one_by_one_answers(runner, None, spans, exact)
+    by_target = {key.split()[1]: answer for key, answer in together.items()}
+    # The model mixes all three answers, so agreement above is not agreement on "all exact".
+    assert by_target["linear"] == {"alone": True, "exact_options": None}
+    assert by_target["mean"] == {"alone": False, "exact_options": True}
+    assert by_target["tanh"] == {"alone": False, "exact_options": False}
