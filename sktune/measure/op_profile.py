@@ -9,6 +9,7 @@ Host-side only: on an async device the gap is the launch side of the story.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from torch import fx
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from sktune.graph.opgraph import OP_KINDS
+from sktune.measure.raw_events import outermost, raw_events
 
 MARK = "sktune_op:"
 
@@ -62,14 +64,19 @@ def profile_ops(gm: fx.GraphModule, args: Sequence[torch.Tensor], steps: int = 5
                 interpreter.run(*args)
     spans: list[list[float]] = [[] for _ in range(n_ops)]
     gaps: list[list[float]] = [[] for _ in range(n_ops)]
-    for event in prof.events():
-        if not event.name.startswith(MARK):
-            continue
-        i = int(event.name[len(MARK):])
-        span = event.time_range.end - event.time_range.start
-        busy = sum(c.time_range.end - c.time_range.start for c in event.cpu_children if c.name.startswith("aten::"))
-        spans[i].append(span)
-        gaps[i].append(max(span - busy, 0.0))
+    events = raw_events(prof)
+    marks = [e for e in events if e.name.startswith(MARK)]
+    aten = outermost(events, lambda name: name.startswith("aten::"))  # an op's own calls, not theirs
+    starts = [m.start_us for m in marks]
+    busy = [0.0] * len(marks)
+    for e in aten:
+        k = bisect.bisect_right(starts, e.start_us) - 1
+        if k >= 0 and e.end_us <= marks[k].end_us:
+            busy[k] += e.duration_us
+    for mark, inside in zip(marks, busy):
+        i = int(mark.name[len(MARK):])
+        spans[i].append(mark.duration_us)
+        gaps[i].append(max(mark.duration_us - inside, 0.0))
     median = [statistics.median(s) if s else 0.0 for s in spans]
     gap = [statistics.median(g) if g else 0.0 for g in gaps]
     return OpProfile(tuple(median), tuple(gap))

@@ -6,6 +6,7 @@ The CPU profiler inflates times by 20-40 %: use it to explain, time with the clo
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -13,6 +14,8 @@ from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
+
+from sktune.measure.raw_events import outermost, raw_events
 
 STEP = "sktune_step"
 
@@ -54,25 +57,25 @@ def profile_steps(fn: Callable[[], object], steps: int = 20, warmup: int = 5, to
         for _ in range(steps):
             with record_function(STEP):
                 fn()
-    events = list(prof.events())
-    step_events = sorted((e for e in events if e.name == STEP), key=lambda e: e.time_range.start)
-    compute = [e for e in events if _is_compute(e.name)]
-    per_step, busy = [], []
-    for step in step_events:
-        lo, hi = step.time_range.start, step.time_range.end
-        inside = [(max(lo, e.time_range.start), min(hi, e.time_range.end)) for e in compute
-                  if e.time_range.start < hi and e.time_range.end > lo]
-        per_step.append(hi - lo)
-        busy.append(_union_us(inside))
+    events = raw_events(prof)
+    steps_at = [e for e in events if e.name == STEP]
+    compute = outermost(events, _is_compute)  # nested calls are inside their caller's time
+    starts = [s.start_us for s in steps_at]
+    inside: list[list[tuple[float, float]]] = [[] for _ in steps_at]
+    for e in compute:
+        k = bisect.bisect_right(starts, e.start_us) - 1
+        if k >= 0 and e.start_us < steps_at[k].end_us:
+            inside[k].append((e.start_us, min(e.end_us, steps_at[k].end_us)))
+    per_step = [s.duration_us for s in steps_at]
+    busy = [_union_us(spans) for spans in inside]
     totals: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     for e in compute:
-        if e.cpu_parent is None or not _is_compute(e.cpu_parent.name):  # outermost compute events only
-            totals[e.name] += e.cpu_time_total
-            counts[e.name] += 1
+        totals[e.name] += e.duration_us
+        counts[e.name] += 1
     ranked = sorted(totals, key=totals.__getitem__, reverse=True)[:top]
-    kernels = [{"name": n, "total_us": totals[n] / max(len(step_events), 1), "count": counts[n] // max(len(step_events), 1)}
+    kernels = [{"name": n, "total_us": totals[n] / max(len(steps_at), 1), "count": counts[n] // max(len(steps_at), 1)}
                for n in ranked]
     step_us = float(torch.tensor(per_step).median()) if per_step else 0.0
     busy_us = float(torch.tensor(busy).median()) if busy else 0.0
-    return StepProfile(step_us, busy_us, max(step_us - busy_us, 0.0), len(step_events), kernels)
+    return StepProfile(step_us, busy_us, max(step_us - busy_us, 0.0), len(steps_at), kernels)
