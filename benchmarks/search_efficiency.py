@@ -131,7 +131,8 @@ def scale(model: Path, layers: Annotated[list[int], typer.Option()] = [8, 16]) -
 
 @app.command()
 def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed: int = 0,
-         layers: Annotated[int | None, typer.Option(help="Tune MODEL's build_stack(LAYERS) instead of its build_model().")] = None) -> None:
+         layers: Annotated[int | None, typer.Option(help="Tune MODEL's build_stack(LAYERS) instead of its build_model().")] = None,
+         compile_helper: bool = True) -> None:
     """A real study: start-up, per-trial overhead (cold, then warm cache), best speedup after TRIALS."""
     workdir.mkdir(parents=True, exist_ok=True)
     if layers is not None:
@@ -142,6 +143,7 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
     from sktune.tuning.summary import summary
 
     settings = TuneSettings(model_path=model.resolve(), trials=trials, stop_early=False, seed=seed,
+                            compile_helper=compile_helper,
                             storage=f"sqlite:///{(workdir / 'live.db').resolve()}",
                             study_name=f"live-{model.stem}-{int(time.time())}", cache_root=(workdir / "cache").resolve())
     started = time.perf_counter()

@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from torch import fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from sktune.backends._base import Backend, CompiledModel
+from sktune.backends.compile_helper import CompileHelper
 from sktune.backends.eager_order import EAGER_ORDER, eager_order_installed
 from sktune.backends.inductor_tables import tables_restored
 from sktune.backends.region_cache import RegionCache, region_key
@@ -154,6 +156,7 @@ class InductorBackend(Backend):
     def __init__(self, profile_kernels: bool = False, for_trials: bool = False) -> None:
         super().__init__(profile_kernels=profile_kernels, for_trials=for_trials)
         self.regions = RegionCache()  # lives as long as the worker: trials share identical regions
+        self.helper: CompileHelper | None = None  # a second process compiling some regions (the runner's)
 
     def compile_counts(self) -> dict[str, int]:
         return self.regions.take_counts()
@@ -189,13 +192,48 @@ class InductorBackend(Backend):
         return patches
 
     def compile(self, graph: OpGraph, plan: Plan) -> CompiledModel:
+        gm, jobs = self._region_jobs(graph, plan)
+        if not jobs:
+            return gm
+        handed = self._hand_over(graph, plan, jobs)
+        for job in jobs:
+            if job.key in handed and job.key not in self.regions:
+                self.helper.wait(job.key)  # then it loads from the shared on-disk cache
+            fn = self.regions.get_or_compile(job.key, job.compile)
+            delattr(gm, str(job.node.target))
+            job.node.op, job.node.target = "call_function", _Region(fn, str(job.node.target))
+        gm.recompile()
+        return gm
+
+    def precompile(self, graph: OpGraph, plan: Plan, keys: set[str]) -> Iterator[str]:
+        """Compile the plan's regions with these keys (into the on-disk caches), yielding each
+        key when done: the compile helper's side of ``compile``."""
+        for job in self._region_jobs(graph, plan)[1]:
+            if job.key in keys:
+                keys.discard(job.key)
+                self.regions.get_or_compile(job.key, job.compile)
+                yield job.key
+
+    def _hand_over(self, graph: OpGraph, plan: Plan, jobs: list[_RegionJob]) -> set[str]:
+        """Every second region this plan compiles anew goes to the compile helper, if one
+        serves this graph (backends/compile_helper.py); the keys handed over."""
+        if self.helper is None or not self.helper.serves(graph):
+            return set()
+        new = list(dict.fromkeys(j.key for j in jobs if j.key is not None and j.key not in self.regions))
+        handed = set(new[1::2])
+        if handed and not self.helper.send(graph, plan, handed):
+            return set()
+        return handed
+
+    def _region_jobs(self, graph: OpGraph, plan: Plan) -> tuple[fx.GraphModule, list[_RegionJob]]:
+        """The graph with the plan's regions cut out as submodules, and how to compile each."""
         from torch._inductor.compile_fx import compile_fx
         from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
         check_plan(plan, len(graph.ops), graph.boundaries)
         spans = regions(len(graph.ops), plan.scopes)
         if not spans:
-            return graph.gm
+            return graph.gm, []
         if plan.option_dict.get(STITCH_OPTION):  # absent (plans from before the option): whole regions
             spans = stitched(spans, _unit_starts(graph), set(graph.boundaries))
         gm = copy.deepcopy(graph.gm)
@@ -212,6 +250,7 @@ class InductorBackend(Backend):
         patches = self.config_patches(plan)
         config = _config_key(patches, fallbacks)
         eager_order = _eager_order_ops(plan.option_dict, fallbacks)
+        jobs = []
         for node in [n for n in gm.graph.nodes if n.op == "call_module" and str(n.target).startswith("sk_region_")]:
             sub, args = gm.get_submodule(str(node.target)), region_args[node.name]
 
@@ -219,11 +258,15 @@ class InductorBackend(Backend):
                 with fallbacks_installed(fallbacks), eager_order_installed(eager_order), _cacheable():
                     return compile_fx(sub, args, config_patches=patches)
 
-            fn = self.regions.get_or_compile(region_key(sub, args, config), compile_region)
-            delattr(gm, str(node.target))
-            node.op, node.target = "call_function", _Region(fn, str(node.target))
-        gm.recompile()
-        return gm
+            jobs.append(_RegionJob(node, region_key(sub, args, config), compile_region))
+        return gm, jobs
+
+
+@dataclass(frozen=True)
+class _RegionJob:
+    node: fx.Node  # the region's call in the plan's graph
+    key: str  # region_cache.region_key: identical regions share it
+    compile: Callable[[], Any]
 
 
 def _eager_order_ops(options: dict[str, Any], fallbacks: tuple[str, ...]) -> tuple[str, ...]:

@@ -71,6 +71,9 @@ class RegionCache:
         self.compiled = 0  # regions compiled since the last ``take_counts``
         self.reused = 0
 
+    def __contains__(self, key: str | None) -> bool:
+        return key is not None and key in self._entries
+
     def get_or_compile(self, key: str | None, compile_region: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
         if key is not None and key in self._entries:
             self._entries.move_to_end(key)

@@ -29,6 +29,9 @@ def run_command(
     patience: Annotated[int | None, typer.Option(min=1, help="Stop after this many trials in a row without a significant gain (default: the effort's: 6 / 12 / 30).")] = None,
     no_stop: Annotated[bool, typer.Option("--no-stop", help="Run every trial: never stop early for lack of gains.")] = False,
     probe: Annotated[bool, typer.Option(help="Probe each op type alone for bitwise exactness first (inductor; cached).")] = True,
+    compile_helper: Annotated[bool, typer.Option(
+        help="A second process compiles half of each trial's new regions (inductor; uses a second core "
+             "while compiling, never while timing).")] = True,
     timeout: Annotated[float | None, typer.Option(min=1, help="Stop starting new trials after this many seconds.")] = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: MODEL-BACKEND). Same name + storage resumes.")] = None,
     storage: Annotated[str, typer.Option(help="Optuna storage URL (default: SQLite file in the working directory).")] = "sqlite:///sktune.db",
@@ -61,7 +64,7 @@ def run_command(
             raise SktuneError(f"--summary-json: directory {summary_json.resolve().parent} does not exist")
         settings = TuneSettings(
             model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, effort=effort.value,
-            patience=patience, stop_early=not no_stop, probe=probe, timeout=timeout,
+            patience=patience, stop_early=not no_stop, probe=probe, compile_helper=compile_helper, timeout=timeout,
             study_name=study, storage=storage, seed=seed, threads=threads, input_sets=input_sets,
             trial_timeout=trial_timeout, bisect_runs=bisect_runs, diagnose=diagnose, allow_changed=allow_changed,
             shapes=_names("--shapes", shapes), warm_start=_names("--warm-start", warm_start) or (),

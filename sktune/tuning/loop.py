@@ -50,7 +50,8 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
                            threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
                            probe_cache=probe_cache, shapes=settings.shapes,
-                           capture_cache=str((settings.cache_root / "captures").resolve()))
+                           capture_cache=str((settings.cache_root / "captures").resolve()),
+                           compile_helper=settings.compile_helper)
     # Failed trials are recorded with their reason; Optuna's own warning + traceback would
     # only tear through the progress display.
     optuna.logging.set_verbosity(optuna.logging.ERROR)

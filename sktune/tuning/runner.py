@@ -6,6 +6,7 @@ Lives in the worker process (tuning/worker.py); tests may use it in-process.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from sktune.backends import get_backend
+from sktune.backends.compile_helper import CompileHelper, HelperSpec
 from sktune.errors import CaptureError, ModelFileError, NondeterministicModelError
 from sktune.graph.aliasing import kernelless_ops
 from sktune.graph.capture_cache import capture_cached
@@ -41,6 +43,7 @@ class RunnerConfig:
     probe_cache: str | None = None  # JSON file of exactness-probe answers; None: do not probe
     shapes: tuple[str, ...] | None = None  # the model's shapes to tune for (--shapes); None: all
     capture_cache: str | None = None  # folder of saved captured graphs; None: always capture
+    compile_helper: bool = False  # a second process compiles half of each plan's new regions
 
 
 @dataclass
@@ -104,6 +107,9 @@ class TrialRunner:
         self.kernelless = kernelless_ops(self.graph.gm, self.args[0])
         self.startup_s["op_profile"] = time.perf_counter() - clock
         clock = time.perf_counter()
+        # Started once the op profile is taken (nothing else may run beside a timing) and the
+        # captured graphs are saved (the helper loads them instead of capturing again).
+        self.helper = self._start_helper() if config.compile_helper else None
         self.capabilities = self.backend.capabilities(self.graph)
         self.exactness: dict[str, Any] = {}
         if config.probe_cache is not None and self.capabilities.probes_exactness:
@@ -114,6 +120,15 @@ class TrialRunner:
                                             for name in self.shape_sets])
         self.startup_s["probe"] = time.perf_counter() - clock
         self._current: tuple[Any, ShapeSet, list[float], list[float]] | None = None  # candidate being measured
+
+    def _start_helper(self) -> CompileHelper | None:
+        if not hasattr(self.backend, "helper") or (os.cpu_count() or 1) < 2:
+            return None
+        spec = HelperSpec(self.config.model_path, self.config.backend, tuple(self.shape_sets),
+                          self.config.capture_cache)
+        helper = CompileHelper(spec, {name: s.graph for name, s in self.shape_sets.items()})
+        self.backend.helper = helper
+        return helper
 
     def _shape_set(self, name: str | None, graph: OpGraph, inputs: list[tuple[torch.Tensor, ...]]) -> ShapeSet:
         """Capture's companion: the shape's unfused references, checked to be deterministic."""

@@ -28,6 +28,7 @@ class TuneSettings:
     allow_changed: bool = False  # resume a study although its fingerprint changed
     cache_root: Path = Path(".sktune/cache")
     probe: bool = True  # per-op exactness probe (inductor), cached under cache_root
+    compile_helper: bool = True  # a second process compiles half of each trial's new regions (inductor)
     patience: int | None = None  # None: the effort's
     stop_early: bool = True  # False: never stop for lack of gains (--no-stop)
     shapes: tuple[str, ...] | None = None  # the model's shapes to tune for (--shapes); None: all

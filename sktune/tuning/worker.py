@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
-import sys
 import traceback
 from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Any
 
+from sktune.child_process import die_with_parent
 from sktune.errors import SktuneError
 from sktune.space.plan import Plan
 from sktune.tuning.protocol import MalformedResult, TimingUpdate, TrialRequest, TrialResult, WorkerFailure
@@ -29,7 +29,7 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, pare
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
     if parent_pid is not None:
-        _die_with_parent(parent_pid)
+        die_with_parent(parent_pid)
     if cache_dir:  # before torch is imported: one Inductor cache per study
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's own logs off the user's screen
@@ -64,24 +64,6 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, pare
             conn.send(("ok", handler(payload)))
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """On Linux the kernel kills this worker when the tuner dies (SIGTERM from a job
-    scheduler, SIGKILL, out of memory), even in the middle of a minute-long compile that
-    would otherwise run on, orphaned, on the cores the next run times on. Elsewhere the
-    closed pipe ends the worker at its next request."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:  # the tuner died before the request took effect
-        os._exit(1)
 
 
 def _maybe_inject_fault() -> bool:

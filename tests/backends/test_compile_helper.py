@@ -1,0 +1,53 @@
+"""The compile helper: a second process compiles every second new region into the shared
+on-disk caches; the worker's compile gives the same result, and carries on alone if the
+helper dies (backends/compile_helper.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from sktune.space.plan import Plan, Scope
+from sktune.tuning.probe import isolating_span
+from sktune.tuning.protocol import TrialRequest
+from sktune.tuning.runner import RunnerConfig, TrialRunner
+from sktune.verify import compare_outputs, flatten_outputs
+
+MODELS = Path(__file__).parent.parent / "models"
+
+
+def _op_by_op(runner: TrialRunner, options: dict) -> Plan:
+    """Every op its own region (a tuple op with its getitems): many distinct regions."""
+    graph, legal = runner.graph, set(runner.graph.boundaries)
+    spans = sorted({isolating_span(i, len(graph.ops), legal) for i in range(len(graph.ops))})
+    return Plan.make([Scope(first, last, f"r{first}") for first, last in spans], options)
+
+
+def test_helper_compiles_half_the_new_regions_and_the_worker_survives_its_death(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # the helper inherits it
+    runner = TrialRunner(RunnerConfig(model_path=str(MODELS / "probe_mix.py"), input_sets=2, n_batches=2,
+                                      compile_helper=True, capture_cache=str(tmp_path / "captures")))
+    helper = runner.helper
+    assert helper is not None and runner.backend.helper is helper
+
+    plan = _op_by_op(runner, {})
+    new = runner.run(TrialRequest(plan)).observed["regions_compiled"]
+    assert new >= 6
+    assert helper.delivered == new // 2  # every second new region came from the helper
+    # The same program as a worker compiling alone: bit for bit.
+    alone = TrialRunner(RunnerConfig(model_path=str(MODELS / "probe_mix.py"), input_sets=2, n_batches=2))
+    assert alone.helper is None
+    with_helper = flatten_outputs(runner.backend.compile(runner.graph, plan)(*runner.args[0]))
+    assert not compare_outputs(flatten_outputs(alone.backend.compile(alone.graph, plan)(*alone.args[0])), with_helper)
+
+    os.kill(helper.pid, signal.SIGKILL)
+    with caplog.at_level(logging.WARNING, logger="sktune"):
+        again = runner.run(TrialRequest(_op_by_op(runner, {"max_fusion_size": 16})))  # new regions again
+    assert again.observed["regions_compiled"] >= 6 and not helper.alive
+    assert "compile helper" in caplog.text
+    assert helper.delivered == new // 2
