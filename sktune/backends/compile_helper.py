@@ -19,7 +19,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection, Pipe
 from typing import TYPE_CHECKING, Any
@@ -54,67 +53,39 @@ class CompileHelper:
         child.close()
         self._shape_of = {id(graph): name for name, graph in graphs.items()}
         self._graphs = graphs  # keeps the ids above meaning these graphs
-        self._pending: dict[int, set[str] | None] = {}  # request → keys not reported yet (None: a whole plan)
-        self._requests = 0
-        self._queued: tuple[OpGraph, Plan] | None = None
+        self._pending: set[str] = set()
         self.alive = True
         self.delivered = 0  # regions the helper compiled for the worker
 
     def serves(self, graph: OpGraph) -> bool:
         return self.alive and id(graph) in self._shape_of
 
-    def send(self, graph: OpGraph, plan: Plan, keys: set[str] | None = None) -> bool:
-        """Ask for the plan's regions with these keys (None: all it has not compiled yet);
-        False if the helper is gone."""
-        self._requests += 1
+    def send(self, graph: OpGraph, plan: Plan, keys: set[str]) -> bool:
+        """Ask for the plan's regions with these keys; False if the helper is gone."""
         try:
-            self._conn.send(("compile", self._requests, self._shape_of[id(graph)], plan.to_json(),
-                             None if keys is None else sorted(keys)))
+            self._conn.send(("compile", self._shape_of[id(graph)], plan.to_json(), sorted(keys)))
         except (OSError, ValueError):
             self._gone("could not be reached")
             return False
-        self._pending[self._requests] = set(keys) if keys is not None else None
+        self._pending |= keys
         return True
-
-    def queue(self, graph: OpGraph, plan: Plan) -> None:
-        """A plan known to come next: sent by ``send_queued``, after this trial's own regions."""
-        self._queued = (graph, plan) if self.serves(graph) else None
-
-    def send_queued(self) -> None:
-        if self._queued is not None:
-            graph, plan = self._queued
-            self._queued = None
-            self.send(graph, plan)
 
     def wait(self, key: str) -> None:
         """Until the helper has compiled ``key``, given up on it, or died (the worker then
         compiles it itself, as it would without a helper)."""
-        while self.alive and any(keys is not None and key in keys for keys in self._pending.values()):
-            self._receive()
-
-    def wait_idle(self) -> float:
-        """Until the helper has nothing left to compile: nothing may run beside a timing.
-        Returns the seconds waited."""
-        started = time.perf_counter()
-        while self.alive and self._pending:
-            self._receive()
-        return time.perf_counter() - started
-
-    def _receive(self) -> None:
-        try:
-            kind, request, payload = self._conn.recv()
-        except (EOFError, OSError):
-            self._gone("died")
-            return
-        if kind == "done":
-            keys = self._pending.get(request)
-            if keys is not None:
-                keys.discard(payload)
-            self.delivered += 1
-        elif kind == "finished":  # the end of one request: whatever is left of it is not coming
-            self._pending.pop(request, None)
-        elif kind == "failed":  # could not start: compile everything in the worker
-            self._gone(f"failed to start: {payload}")
+        while key in self._pending and self.alive:
+            try:
+                kind, payload = self._conn.recv()
+            except (EOFError, OSError):
+                self._gone("died")
+                return
+            if kind == "done":
+                self._pending.discard(payload)
+                self.delivered += 1
+            elif kind == "finished":  # the end of one request: whatever is left of it is not coming
+                self._pending -= set(payload)
+            elif kind == "failed":  # could not start: compile everything in the worker
+                self._gone(f"failed to start: {payload}")
 
     @property
     def pid(self) -> int:
@@ -136,7 +107,6 @@ class CompileHelper:
             log.warning("the compile helper %s; the worker compiles every region itself", why)
         self.alive = False
         self._pending.clear()
-        self._queued = None
 
 
 def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
@@ -150,7 +120,7 @@ def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
     try:
         backend, graphs = _rebuild(spec)
     except Exception as exc:  # noqa: BLE001 - any failure: the worker carries on alone
-        conn.send(("failed", 0, f"{type(exc).__name__}: {exc}"))
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
     from sktune.space.plan import Plan
 
@@ -161,13 +131,13 @@ def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
             return
         if command == "stop":
             return
-        request, shape, plan_json, keys = payload
+        shape, plan_json, keys = payload
         try:
-            for key in backend.precompile(graphs[shape], Plan.from_json(plan_json), None if keys is None else set(keys)):
-                conn.send(("done", request, key))
+            for key in backend.precompile(graphs[shape], Plan.from_json(plan_json), set(keys)):
+                conn.send(("done", key))
         except Exception as exc:  # noqa: BLE001 - the worker compiles what is left itself
             log.debug("compile helper: %s: %s", type(exc).__name__, exc)
-        conn.send(("finished", request, None))
+        conn.send(("finished", keys))
 
 
 def _rebuild(spec: HelperSpec) -> tuple[Any, dict[str | None, OpGraph]]:

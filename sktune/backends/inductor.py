@@ -205,11 +205,12 @@ class InductorBackend(Backend):
         gm.recompile()
         return gm
 
-    def precompile(self, graph: OpGraph, plan: Plan, keys: set[str] | None) -> Iterator[str]:
-        """Compile the plan's regions with these keys (None: all) into the on-disk caches,
-        yielding each key when done: the compile helper's side of ``compile``."""
+    def precompile(self, graph: OpGraph, plan: Plan, keys: set[str]) -> Iterator[str]:
+        """Compile the plan's regions with these keys (into the on-disk caches), yielding each
+        key when done: the compile helper's side of ``compile``."""
         for job in self._region_jobs(graph, plan)[1]:
-            if job.key is not None and job.key not in self.regions and (keys is None or job.key in keys):
+            if job.key in keys:
+                keys.discard(job.key)
                 self.regions.get_or_compile(job.key, job.compile)
                 yield job.key
 
@@ -221,8 +222,7 @@ class InductorBackend(Backend):
         new = list(dict.fromkeys(j.key for j in jobs if j.key is not None and j.key not in self.regions))
         handed = set(new[1::2])
         if handed and not self.helper.send(graph, plan, handed):
-            handed = set()
-        self.helper.send_queued()  # then the plan known to come next, while this one compiles
+            return set()
         return handed
 
     def _region_jobs(self, graph: OpGraph, plan: Plan) -> tuple[fx.GraphModule, list[_RegionJob]]:

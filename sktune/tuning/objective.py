@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 
@@ -74,7 +73,10 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
 
     def objective(trial: optuna.Trial) -> float:
         anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
-        overrides = _overrides(space, anchor, trial.user_attrs)
+        # Costly option values never come from the sampler: fuse-all takes them as the
+        # yardstick, a refinement trial names them (tuning/refine.py).
+        overrides = space.fuse_all_overrides if anchor == "fuse-all" else (
+            trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {})
         plan = space.with_options(space.suggest(trial), overrides)
         if overrides:
             trial.set_user_attr(TrialAttr.OPTION_OVERRIDES, overrides)
@@ -86,7 +88,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             trial.set_user_attr(TrialAttr.SKIPPED, f"skipped: {hopeless}")
             raise optuna.TrialPruned(hopeless)
         started = time.perf_counter()
-        result = worker.run(TrialRequest(plan, chunks[0], ahead=next_queued_plan(trial.study, space)), timeout)
+        result = worker.run(TrialRequest(plan, chunks[0]), timeout)
         wall = time.perf_counter() - started
         if isinstance(result, WorkerFailure):
             error = fail(trial, result)
@@ -150,23 +152,3 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         return float(timing.ratio)
 
     return objective
-
-
-def _overrides(space: SearchSpace, anchor: str | None, user_attrs: dict[str, Any]) -> dict[str, Any]:
-    """Costly option values never come from the sampler: fuse-all takes them as the
-    yardstick, a refinement trial names them (tuning/refine.py)."""
-    return space.fuse_all_overrides if anchor == "fuse-all" else (user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {})
-
-
-def next_queued_plan(study: optuna.Study, space: SearchSpace) -> Plan | None:
-    """The plan of the next queued trial (an anchor or a refinement), which the worker's
-    compile helper may compile while this trial compiles; None when nothing is queued."""
-    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-    if not waiting:
-        return None
-    queued = waiting[0]
-    try:  # a queued trial's params are its fixed ones until it runs
-        return space.with_options(space.decode(queued.system_attrs["fixed_params"]),
-                                  _overrides(space, queued.user_attrs.get(TrialAttr.ANCHOR), queued.user_attrs))
-    except (KeyError, ValueError):  # params from another space version: it will fail on its own turn
-        return None

@@ -40,17 +40,14 @@ class TrialRequest:
     plan: Plan
     n_batches: int | None = None
     shape: str | None = None
-    ahead: Plan | None = None  # the plan known to come next (a queued anchor): compiled meanwhile if possible
 
     def to_json(self) -> dict[str, Any]:
-        return {"plan": self.plan.to_json(), "n_batches": self.n_batches, "shape": self.shape,
-                "ahead": None if self.ahead is None else self.ahead.to_json()}
+        return {"plan": self.plan.to_json(), "n_batches": self.n_batches, "shape": self.shape}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TrialRequest":
-        n, ahead = data.get("n_batches"), data.get("ahead")
-        return cls(Plan.from_json(data["plan"]), None if n is None else int(n), data.get("shape"),
-                   None if ahead is None else Plan.from_json(ahead))
+        n = data.get("n_batches")
+        return cls(Plan.from_json(data["plan"]), None if n is None else int(n), data.get("shape"))
 
 
 @dataclass(frozen=True)

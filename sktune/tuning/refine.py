@@ -39,19 +39,18 @@ def changes_anything(plan: Plan, space: SearchSpace, option: str) -> bool:
     return stitched(spans, unit_starts(space.repeats, space.n_ops)) != spans
 
 
-def refinements(study: optuna.Study, space: SearchSpace) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(name, params, option overrides) of each untried costly variant of the search's best
-    exact plan. One costly value at a time, never two together: a C++ wrapper around a
-    whole 3,000-op region takes minutes to compile."""
+def next_refinement(study: optuna.Study, space: SearchSpace) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """(name, params, option overrides) of the next untried costly variant of the search's
+    best exact plan, or None. One costly value at a time, never two together: a C++
+    wrapper around a whole 3,000-op region takes minutes to compile."""
     if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-        return []  # starting points the budget did not reach would run first (Optuna's queue is FIFO)
+        return None  # starting points the budget did not reach would run first (Optuna's queue is FIFO)
     searched = [r for r in top_records(study, len(study.trials)) if not str(r.anchor or "").startswith(REFINED)]
     if not searched:
-        return []
+        return None
     best = study.trials[searched[0].number]
     plan = Plan.from_json(best.user_attrs[TrialAttr.PLAN])
     tried = {json_key(t.user_attrs.get(TrialAttr.PLAN)) for t in study.trials}
-    found = []
     for option in space.options:
         for value in option.costly_choices:
             if plan.option_dict.get(option.name) == value or not changes_anything(plan, space, option.name):
@@ -59,13 +58,8 @@ def refinements(study: optuna.Study, space: SearchSpace) -> list[tuple[str, dict
             overrides = {**(best.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}), option.name: value}
             variant = space.with_options(plan, overrides)
             if json_key(variant.to_json()) not in tried:
-                found.append((f"{REFINED}{option.name}={value}", dict(best.params), overrides))
-    return found
-
-
-def next_refinement(study: optuna.Study, space: SearchSpace) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
-    """The first of ``refinements``, or None."""
-    return next(iter(refinements(study, space)), None)
+                return f"{REFINED}{option.name}={value}", dict(best.params), overrides
+    return None
 
 
 def json_key(plan_json: dict[str, Any] | None) -> str | None:
@@ -74,11 +68,11 @@ def json_key(plan_json: dict[str, Any] | None) -> str | None:
 
 def refine_best(study: optuna.Study, space: SearchSpace, objective: Callable[[optuna.Trial], float],
                 callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] | None = None) -> None:
-    """Try the best plan with each costly option value, one trial each (module docstring).
-    All are queued at once: while one compiles, the compile helper can compile the next."""
-    queued = refinements(study, space)
-    for name, params, overrides in queued:
-        log.info("will try the best plan with %s", name.removeprefix(REFINED))
+    """Try the best plan with each costly option value, one trial each (module docstring)."""
+    while (refinement := next_refinement(study, space)) is not None:
+        name, params, overrides = refinement
+        log.info("trying the best plan with %s", name.removeprefix(REFINED))
         study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name, TrialAttr.OPTION_OVERRIDES: overrides})
-    if queued:
-        study.optimize(objective, n_trials=len(queued), catch=(TrialFailed,), callbacks=callbacks or [])
+        study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=callbacks or [])
+        if study.trials[-1].state == optuna.trial.TrialState.WAITING:  # it did not run: do not loop
+            return

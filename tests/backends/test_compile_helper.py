@@ -45,20 +45,9 @@ def test_helper_compiles_half_the_new_regions_and_the_worker_survives_its_death(
     with_helper = flatten_outputs(runner.backend.compile(runner.graph, plan)(*runner.args[0]))
     assert not compare_outputs(flatten_outputs(alone.backend.compile(alone.graph, plan)(*alone.args[0])), with_helper)
 
-    # A plan known to come next is compiled by the helper during this trial's compile, and
-    # the helper is idle before this trial is verified and timed.
-    ahead = _op_by_op(runner, {"max_fusion_size": 256})
-    before = helper.delivered
-    result = runner.run(TrialRequest(_op_by_op(runner, {"epilogue_fusion": False}), ahead=ahead))
-    handed = result.observed["regions_compiled"] // 2
-    assert "waited_for_helper_s" in result.observed and not helper._pending
-    assert helper.delivered - before == handed + new  # ahead has as many distinct regions as plan
-    assert runner.run(TrialRequest(ahead)).bitwise == alone.run(TrialRequest(ahead)).bitwise
-
-    delivered = helper.delivered
     os.kill(helper.pid, signal.SIGKILL)
     with caplog.at_level(logging.WARNING, logger="sktune"):
         again = runner.run(TrialRequest(_op_by_op(runner, {"max_fusion_size": 16})))  # new regions again
     assert again.observed["regions_compiled"] >= 6 and not helper.alive
     assert "compile helper" in caplog.text
-    assert helper.delivered == delivered
+    assert helper.delivered == new // 2

@@ -226,14 +226,3 @@ def test_an_anchor_is_measured_at_every_shape_and_keeps_each_shapes_mismatches(s
     assert [c[1].shape for c in worker.calls if c[0] == "run"] == [None, "bs8", "bs64"]  # fuse-all's yardstick
     assert trial.constraints == {"bitwise": 3.0}
     assert [m.get("shape") for m in trial.user_attrs[TrialAttr.MISMATCHES]] == ["bs8", "bs64", "bs64"]
-
-
-def test_each_run_names_the_next_queued_plan_so_the_helper_can_compile_it_meanwhile(space: SearchSpace) -> None:
-    first, second = fuse_all(space, fallbacks=["mean"]), fuse_all(space, fallbacks=[])
-    refined = {TrialAttr.ANCHOR: "best+max_fusion_size=16", TrialAttr.OPTION_OVERRIDES: {"max_fusion_size": 16}}
-    worker = ScriptedWorker([result(0.8), result(0.9), result(0.7)])
-    study = run_study(space, worker, [(first, {}), (second, {}), (second, refined)])
-    runs = [request for kind, request in worker.calls if kind == "run"]
-    plans = [Plan.from_json(t.user_attrs[TrialAttr.PLAN]) for t in study.trials]
-    assert [r.ahead for r in runs] == [plans[1], plans[2], None]  # the last one has nothing after it
-    assert plans[2].option_dict["max_fusion_size"] == 16  # a queued trial's overrides are part of its plan
