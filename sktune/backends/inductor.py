@@ -164,10 +164,12 @@ class InductorBackend(Backend):
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
         has_conv = any(op.target.startswith("conv") for op in graph.ops)
         has_units = bool(_unit_starts(graph))
-        # layout_optimization only touches convolutions, stitching only repeated layers:
-        # searching them elsewhere is noise.
+        # layout_optimization only touches convolutions, stitching only repeated layers,
+        # precision casts only bf16/fp16 values: searching them elsewhere is noise (and an
+        # anchor's compile).
         return [o for o in OPTIONS if (o.name != "layout_optimization" or has_conv)
-                and (o.name != STITCH_OPTION or has_units)]
+                and (o.name != STITCH_OPTION or has_units)
+                and (o.name != "emulate_precision_casts" or _has_low_precision(graph))]
 
     def unsafe_op_types(self) -> frozenset[str]:
         return UNSAFE_OP_TYPES
@@ -285,6 +287,13 @@ def _unit_starts(graph: OpGraph) -> tuple[int, ...]:
         repeats = find_repeats([o.target for o in graph.ops], [o.module for o in graph.ops])
         _UNIT_STARTS[graph.gm] = unit_starts(repeats, len(graph.ops))
     return _UNIT_STARTS[graph.gm]
+
+
+def _has_low_precision(graph: OpGraph) -> bool:
+    """Whether any input or op value of the graph is bf16 or fp16."""
+    low = (torch.bfloat16, torch.float16)
+    values = [n.meta.get("example_value") for n in graph.gm.graph.nodes] + list(graph.flat_args)
+    return any(isinstance(v, torch.Tensor) and v.dtype in low for v in values)
 
 
 def _config_key(patches: dict[str, Any], fallbacks: tuple[str, ...]) -> str:

@@ -48,7 +48,11 @@ def test_inductor_declares_its_fuse_all_variant_and_fallbacks(tmp_path) -> None:
     from sktune.graph.capture import capture
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Softmax(dim=-1))
-    graph = capture(model, (torch.randn(2, 8),))
+    # Precision casts matter only where bf16/fp16 values are: an fp32 graph neither
+    # searches the option nor compiles its fuse-all anchor.
+    fp32 = InductorBackend().capabilities(capture(model, (torch.randn(2, 8),)))
+    assert fp32.fuse_all_variants == () and "emulate_precision_casts" not in {o.name for o in fp32.options}
+    graph = capture(model.to(torch.bfloat16), (torch.randn(2, 8, dtype=torch.bfloat16),))
     caps = InductorBackend().capabilities(graph)
     assert caps.fuse_all_variants == ("emulate_precision_casts",)
     assert caps.fallback_option == "fallback_ops" and "softmax" in caps.fallback_candidates
