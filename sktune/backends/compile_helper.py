@@ -127,7 +127,7 @@ def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
     while True:
         try:
             command, *payload = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):  # the worker is gone (closed, or reset on exit)
             return
         if command == "stop":
             return
@@ -135,9 +135,12 @@ def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
         try:
             for key in backend.precompile(graphs[shape], Plan.from_json(plan_json), set(keys)):
                 conn.send(("done", key))
+            conn.send(("finished", keys))
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the worker is gone
         except Exception as exc:  # noqa: BLE001 - the worker compiles what is left itself
             log.debug("compile helper: %s: %s", type(exc).__name__, exc)
-        conn.send(("finished", keys))
+            conn.send(("finished", keys))
 
 
 def _rebuild(spec: HelperSpec) -> tuple[Any, dict[str | None, OpGraph]]:
