@@ -91,17 +91,6 @@ class CompileHelper:
     def pid(self) -> int:
         return self._process.pid
 
-    def close(self) -> None:
-        try:
-            self._conn.send(("stop", None))
-        except (OSError, ValueError):
-            pass
-        try:
-            self._process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-        self.alive = False
-
     def _gone(self, why: str) -> None:
         if self.alive:
             log.warning("the compile helper %s; the worker compiles every region itself", why)
@@ -110,10 +99,10 @@ class CompileHelper:
 
 
 def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
-    """Helper main: rebuild the graphs, then compile what is asked until told to stop."""
+    """Helper main: rebuild the graphs, then compile what is asked until the worker is gone."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tuner handles Ctrl-C; the worker stops us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tuner handles Ctrl-C; we end with the worker
     from sktune.child_process import die_with_parent
 
     die_with_parent(parent_pid)
@@ -126,10 +115,8 @@ def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
 
     while True:
         try:
-            command, *payload = conn.recv()
+            _, *payload = conn.recv()  # ("compile", shape, plan, keys): the only request
         except (EOFError, OSError):  # the worker is gone (closed, or reset on exit)
-            return
-        if command == "stop":
             return
         shape, plan_json, keys = payload
         try:

@@ -75,7 +75,7 @@ class RegionCache:
         return key is not None and key in self._entries
 
     def get_or_compile(self, key: str | None, compile_region: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
-        if key is not None and key in self._entries:
+        if key in self:
             self._entries.move_to_end(key)
             self.reused += 1
             return self._entries[key]

@@ -9,7 +9,6 @@ Host-side only: on an async device the gap is the launch side of the story.
 
 from __future__ import annotations
 
-import bisect
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from torch import fx
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from sktune.graph.opgraph import OP_KINDS
-from sktune.measure.raw_events import outermost, raw_events
+from sktune.measure.raw_events import by_enclosing, outermost, raw_events
 
 MARK = "sktune_op:"
 
@@ -67,11 +66,9 @@ def profile_ops(gm: fx.GraphModule, args: Sequence[torch.Tensor], steps: int = 5
     events = raw_events(prof)
     marks = [e for e in events if e.name.startswith(MARK)]
     aten = outermost(events, lambda name: name.startswith("aten::"))  # an op's own calls, not theirs
-    starts = [m.start_us for m in marks]
     busy = [0.0] * len(marks)
-    for e in aten:
-        k = bisect.bisect_right(starts, e.start_us) - 1
-        if k >= 0 and e.end_us <= marks[k].end_us:
+    for k, e in by_enclosing(marks, aten):
+        if e.end_us <= marks[k].end_us:
             busy[k] += e.duration_us
     for mark, inside in zip(marks, busy):
         i = int(mark.name[len(MARK):])

@@ -6,7 +6,6 @@ The CPU profiler inflates times by 20-40 %: use it to explain, time with the clo
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -15,7 +14,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from sktune.measure.raw_events import outermost, raw_events
+from sktune.measure.raw_events import by_enclosing, outermost, raw_events
 
 STEP = "sktune_step"
 
@@ -60,12 +59,9 @@ def profile_steps(fn: Callable[[], object], steps: int = 20, warmup: int = 5, to
     events = raw_events(prof)
     steps_at = [e for e in events if e.name == STEP]
     compute = outermost(events, _is_compute)  # nested calls are inside their caller's time
-    starts = [s.start_us for s in steps_at]
     inside: list[list[tuple[float, float]]] = [[] for _ in steps_at]
-    for e in compute:
-        k = bisect.bisect_right(starts, e.start_us) - 1
-        if k >= 0 and e.start_us < steps_at[k].end_us:
-            inside[k].append((e.start_us, min(e.end_us, steps_at[k].end_us)))
+    for k, e in by_enclosing(steps_at, compute):
+        inside[k].append((e.start_us, min(e.end_us, steps_at[k].end_us)))
     per_step = [s.duration_us for s in steps_at]
     busy = [_union_us(spans) for spans in inside]
     totals: dict[str, float] = defaultdict(float)

@@ -8,7 +8,8 @@ take ~0.5 s, and nesting, all sktune asks of the tree, follows from the interval
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import bisect
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,3 +43,13 @@ def outermost(events: Iterable[RawEvent], keep: Callable[[str], bool]) -> list[R
             out.append(e)
             open_until[e.thread] = e.end_us
     return out
+
+
+def by_enclosing(outer: list[RawEvent], events: Iterable[RawEvent]) -> Iterator[tuple[int, RawEvent]]:
+    """``(k, e)`` for each event that starts inside ``outer[k]`` (``outer``: disjoint, in start
+    order, e.g. the profiled steps or the per-op marks)."""
+    starts = [o.start_us for o in outer]
+    for e in events:
+        k = bisect.bisect_right(starts, e.start_us) - 1
+        if k >= 0 and e.start_us < outer[k].end_us:
+            yield k, e
