@@ -60,15 +60,20 @@ class CompileHelper:
     def serves(self, graph: OpGraph) -> bool:
         return self.alive and id(graph) in self._shape_of
 
-    def send(self, graph: OpGraph, plan: Plan, keys: set[str]) -> bool:
-        """Ask for the plan's regions with these keys; False if the helper is gone."""
+    def send(self, graph: OpGraph, plan: Plan, keys: set[str], profile_kernels: bool = False) -> bool:
+        """Ask for the plan's regions with these keys (compiled for the profiler if
+        ``profile_kernels``: other keys); False if the helper is gone."""
         try:
-            self._conn.send(("compile", self._shape_of[id(graph)], plan.to_json(), sorted(keys)))
+            self._conn.send(("compile", self._shape_of[id(graph)], plan.to_json(), sorted(keys), profile_kernels))
         except (OSError, ValueError):
             self._gone("could not be reached")
             return False
         self._pending |= keys
         return True
+
+    def has_pending(self, key: str | None) -> bool:
+        """Whether ``key`` was handed over and is still coming."""
+        return key in self._pending
 
     def wait(self, key: str) -> None:
         """Until the helper has compiled ``key``, given up on it, or died (the worker then
@@ -111,16 +116,20 @@ def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
     except Exception as exc:  # noqa: BLE001 - any failure: the worker carries on alone
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
+    from sktune.backends import get_backend
     from sktune.space.plan import Plan
 
+    backends = {False: backend}  # by profile_kernels: the profile's compile has its own keys
     while True:
         try:
-            _, *payload = conn.recv()  # ("compile", shape, plan, keys): the only request
+            _, *payload = conn.recv()  # ("compile", shape, plan, keys, profile_kernels): the only request
         except (EOFError, OSError):  # the worker is gone (closed, or reset on exit)
             return
-        shape, plan_json, keys = payload
+        shape, plan_json, keys, profile_kernels = payload
+        if profile_kernels not in backends:
+            backends[profile_kernels] = get_backend(spec.backend, profile_kernels=profile_kernels, for_trials=True)
         try:
-            for key in backend.precompile(graphs[shape], Plan.from_json(plan_json), set(keys)):
+            for key in backends[profile_kernels].precompile(graphs[shape], Plan.from_json(plan_json), set(keys)):
                 conn.send(("done", key))
             conn.send(("finished", keys))
         except (BrokenPipeError, ConnectionResetError):

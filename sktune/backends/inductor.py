@@ -197,9 +197,9 @@ class InductorBackend(Backend):
         gm, jobs = self._region_jobs(graph, plan)
         if not jobs:
             return gm
-        handed = self._hand_over(graph, plan, jobs)
+        self._hand_over(graph, plan, jobs)
         for job in jobs:
-            if job.key in handed and job.key not in self.regions:
+            if self.helper is not None and self.helper.has_pending(job.key) and job.key not in self.regions:
                 self.helper.wait(job.key)  # then it loads from the shared on-disk cache
             fn = self.regions.get_or_compile(job.key, job.compile)
             delattr(gm, str(job.node.target))
@@ -216,14 +216,23 @@ class InductorBackend(Backend):
                 self.regions.get_or_compile(job.key, job.compile)
                 yield job.key
 
-    def _hand_over(self, graph: OpGraph, plan: Plan, jobs: list[_RegionJob]) -> set[str]:
-        """Every second region this plan compiles anew goes to the compile helper, if one
-        serves this graph (backends/compile_helper.py); the keys handed over."""
+    def prefetch(self, graph: OpGraph, plan: Plan) -> int:
+        """Hand every region of ``plan`` not compiled yet to the compile helper, to compile
+        while the worker does something else (the start-up probe); ``compile`` then waits
+        for them. The number of regions handed over (0: no helper serves this graph)."""
+        if self.helper is None or not self.helper.serves(graph):
+            return 0
+        return len(self._hand_over(graph, plan, self._region_jobs(graph, plan)[1], every=1))
+
+    def _hand_over(self, graph: OpGraph, plan: Plan, jobs: list[_RegionJob], every: int = 2) -> set[str]:
+        """Every second (``every``-th) region this plan compiles anew goes to the compile
+        helper, if one serves this graph (backends/compile_helper.py); the keys handed over."""
         if self.helper is None or not self.helper.serves(graph):
             return set()
-        new = list(dict.fromkeys(j.key for j in jobs if j.key is not None and j.key not in self.regions))
-        handed = set(new[1::2])
-        if handed and not self.helper.send(graph, plan, handed):
+        new = [k for k in dict.fromkeys(j.key for j in jobs if j.key is not None)
+               if k not in self.regions and not self.helper.has_pending(k)]
+        handed = set(new[every - 1::every])
+        if handed and not self.helper.send(graph, plan, handed, self.profile_kernels):
             return set()
         return handed
 

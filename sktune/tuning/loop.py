@@ -16,7 +16,7 @@ from sktune.backends import get_backend
 from sktune.tuning.budget import Effort, Patience, TrialBudget
 from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
-from sktune.tuning.records import StudyAttr
+from sktune.tuning.records import StudyAttr, ran_anchor
 from sktune.tuning.refine import refine_best
 from sktune.tuning.resume import open_study, prepare
 from sktune.tuning.settings import TuneSettings
@@ -47,16 +47,17 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     cache_dir.mkdir(parents=True, exist_ok=True)
     effort = settings.resolved_effort
     probe_cache = str((settings.cache_root / "exactness-probe.json").resolve()) if settings.probe else None
-    config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
-                           threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
-                           probe_cache=probe_cache, shapes=settings.shapes,
-                           capture_cache=str((settings.cache_root / "captures").resolve()),
-                           compile_helper=settings.compile_helper)
     # Failed trials are recorded with their reason; Optuna's own warning + traceback would
     # only tear through the progress display.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     backend = get_backend(settings.backend)  # e.g. no torch-npu: fail before starting a worker
     study = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
+    config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
+                           threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
+                           probe_cache=probe_cache, shapes=settings.shapes,
+                           capture_cache=str((settings.cache_root / "captures").resolve()),
+                           compile_helper=settings.compile_helper,
+                           prefetch_fuse_all=settings.compile_helper and not ran_anchor(study, "fuse-all"))
     with SupervisedWorker(config, str(cache_dir)) as worker:
         description = reuse_space_inputs(study, worker.start())
         space = space_from_description(description)

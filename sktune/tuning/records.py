@@ -181,6 +181,12 @@ def anchor_record(study: optuna.Study, anchor: str) -> TrialRecord | None:
     return next((r for r in records(study) if r.anchor in names and r.state == "COMPLETE"), None)
 
 
+def ran_anchor(study: optuna.Study, anchor: str) -> bool:
+    """Whether the study already ran (or began) the named anchor; one only queued has not."""
+    return any(t.user_attrs.get(TrialAttr.ANCHOR) == anchor and t.state != optuna.trial.TrialState.WAITING
+               for t in study.get_trials(deepcopy=False))
+
+
 def best_plan(study: optuna.Study) -> Plan | None:
     best = best_record(study)
     return Plan.from_json(best.plan) if best and best.plan else None

@@ -51,3 +51,25 @@ def test_helper_compiles_half_the_new_regions_and_the_worker_survives_its_death(
     assert again.observed["regions_compiled"] >= 6 and not helper.alive
     assert "compile helper" in caplog.text
     assert helper.delivered == new // 2
+
+
+def test_helper_compiles_the_fuse_all_yardstick_at_start_up_and_helps_the_profile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    runner = TrialRunner(RunnerConfig(model_path=str(MODELS / "probe_mix.py"), input_sets=2, n_batches=2,
+                                      compile_helper=True, capture_cache=str(tmp_path / "captures"),
+                                      prefetch_fuse_all=True))
+    helper = runner.helper
+    fuse_all = runner.backend.fuse_all_plan(runner.graph)
+    result = runner.run(TrialRequest(fuse_all))
+    assert result.observed["regions_compiled"] == 1
+    assert helper.delivered == 1  # the worker loaded the yardstick the helper compiled at start-up
+
+    # The profile compiles with kernel profiling (other cache keys): the helper takes every
+    # second region of that build too, and the profile still names the kernels.
+    plan = _op_by_op(runner, {})
+    runner.run(TrialRequest(plan))
+    before = helper.delivered
+    profile = runner.profile(plan.to_json())
+    assert helper.delivered > before
+    assert profile["busy_us"] > 0 and any("cpp_fused" in k["name"] for k in profile["top_kernels"])

@@ -114,3 +114,9 @@ def test_the_fuse_all_yardstick_is_not_stitched_and_costly_values_are_never_samp
     assert anchors["fuse-all+fallbacks"].option_dict["stitch_units"] is True  # cheap to compile
     whole = space.with_options(anchors["fuse-all"], space.fuse_all_overrides)
     assert whole.option_dict["stitch_units"] is False and whole.scopes == anchors["fuse-all"].scopes
+    # The compile helper compiles the yardstick during start-up from the backend's own idea
+    # of it: it must be this very region (same key), or the trial would compile it again.
+    backend = InductorBackend()
+    prefetched = backend._region_jobs(graph, backend.fuse_all_plan(graph))[1]
+    searched = backend._region_jobs(graph, whole)[1]
+    assert [j.key for j in prefetched] == [j.key for j in searched] and len(searched) == 1
