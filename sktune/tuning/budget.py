@@ -21,6 +21,9 @@ class Effort:
     chunks: tuple[int, ...]  # batch pairs timed per step; pruning is checked between steps
     patience: int | None  # stop after this many trials in a row without a significant gain
     confirm_top: int  # finalists re-measured together at the end
+    # The whole-region refinement is tried only if it costs at most this many trials'
+    # compiles (tuning/refine.py); None: always.
+    whole_region_cap: float | None = None
 
     @property
     def n_batches(self) -> int:
@@ -28,8 +31,8 @@ class Effort:
 
 
 EFFORTS: dict[str, Effort] = {
-    "quick": Effort(trials=15, chunks=(10, 10), patience=6, confirm_top=2),
-    "default": Effort(trials=30, chunks=(10, 10, 10), patience=12, confirm_top=3),
+    "quick": Effort(trials=15, chunks=(10, 10), patience=6, confirm_top=2, whole_region_cap=3),
+    "default": Effort(trials=30, chunks=(10, 10, 10), patience=12, confirm_top=3, whole_region_cap=3),
     "thorough": Effort(trials=100, chunks=(10, 10, 10, 10, 10, 10), patience=30, confirm_top=5),
 }
 

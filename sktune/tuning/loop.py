@@ -80,7 +80,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         objective = make_objective(space, worker, rules, targets_of(description),
                                    exactness_from_description(description))
         search(study, objective, effort, settings.timeout, callbacks)
-        refine_best(study, space, objective, callbacks)
+        refine_best(study, space, objective, callbacks, effort.whole_region_cap)
         confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
         profile_baseline_and_best(study, worker, settings.trial_timeout)
     return study

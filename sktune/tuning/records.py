@@ -69,6 +69,7 @@ class StudyAttr:
     PROFILE_BASELINE = "profile_baseline"
     PROFILE_BEST = "profile_best"
     PROFILE_BEST_TRIAL = "profile_best_trial"
+    WHOLE_REGION_SKIPPED = "whole_region_skipped"  # why the whole-region refinement was not tried (refine.py)
 
 
 def is_feasible(trial: FrozenTrial) -> bool:

@@ -7,11 +7,16 @@ compile against torch's headers each). The sampler never picks them
 (``OptionSpec.costly_choices``); the winner alone pays for them, one trial per value,
 queued like an anchor, verified and timed like any other, kept only if it is faster
 (docs/measured.md "Compile cost"). Cheap candidates first, where that loses nothing.
+
+Whole regions are left out where their compile would cost more than a few trials (the
+effort's ``whole_region_cap``, priced by the fuse-all yardstick's own compile): on a 24-layer
+stack one costs a minute and lost to the stitched best in every study measured.
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +28,7 @@ from sktune.graph.structure import stitched, unit_starts
 from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.objective import TrialFailed
-from sktune.tuning.records import TrialAttr, top_records
+from sktune.tuning.records import StudyAttr, TrialAttr, anchor_record, top_records
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +44,12 @@ def changes_anything(plan: Plan, space: SearchSpace, option: str) -> bool:
     return stitched(spans, unit_starts(space.repeats, space.n_ops)) != spans
 
 
-def next_refinement(study: optuna.Study, space: SearchSpace) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+def next_refinement(study: optuna.Study, space: SearchSpace,
+                    whole_region_cap: float | None = None) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
     """(name, params, option overrides) of the next untried costly variant of the search's
     best exact plan, or None. One costly value at a time, never two together: a C++
-    wrapper around a whole 3,000-op region takes minutes to compile."""
+    wrapper around a whole 3,000-op region takes minutes to compile. Whole regions are
+    left out where they would cost more than ``whole_region_cap`` trials (``whole_region_cost``)."""
     if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
         return None  # starting points the budget did not reach would run first (Optuna's queue is FIFO)
     searched = [r for r in top_records(study, len(study.trials)) if not str(r.anchor or "").startswith(REFINED)]
@@ -55,6 +62,8 @@ def next_refinement(study: optuna.Study, space: SearchSpace) -> tuple[str, dict[
         for value in option.costly_choices:
             if plan.option_dict.get(option.name) == value or not changes_anything(plan, space, option.name):
                 continue
+            if option.name == STITCH_OPTION and too_costly(study, whole_region_cap):
+                continue
             overrides = {**(best.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}), option.name: value}
             variant = space.with_options(plan, overrides)
             if json_key(variant.to_json()) not in tried:
@@ -62,14 +71,42 @@ def next_refinement(study: optuna.Study, space: SearchSpace) -> tuple[str, dict[
     return None
 
 
+def whole_region_cost(study: optuna.Study) -> dict[str, float] | None:
+    """What compiling the whole model as one region costs, in trials: the fuse-all
+    yardstick's compile (one region over everything, measured in this study; with
+    fallbacks it costs more, about twice on a 24-layer stack) against the median compile of
+    the other trials. None before both are known."""
+    yardstick = anchor_record(study, "fuse-all")
+    whole = study.trials[yardstick.number].user_attrs.get(TrialAttr.COMPILE_S) if yardstick else None
+    others = [t.user_attrs[TrialAttr.COMPILE_S] for t in study.get_trials(deepcopy=False)
+              if t.user_attrs.get(TrialAttr.COMPILE_S) and t.user_attrs.get(TrialAttr.ANCHOR) != "fuse-all"]
+    if not whole or not others:
+        return None
+    median = statistics.median(others)
+    return {"whole_compile_s": whole, "median_trial_compile_s": median, "trials": whole / median}
+
+
+def too_costly(study: optuna.Study, cap: float | None) -> bool:
+    """Whether the whole-region refinement would cost more than ``cap`` trials (None: no cap)."""
+    cost = whole_region_cost(study) if cap is not None else None
+    return cost is not None and cost["trials"] > cap
+
+
 def json_key(plan_json: dict[str, Any] | None) -> str | None:
     return None if plan_json is None else Plan.from_json(plan_json).dumps()
 
 
 def refine_best(study: optuna.Study, space: SearchSpace, objective: Callable[[optuna.Trial], float],
-                callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] | None = None) -> None:
-    """Try the best plan with each costly option value, one trial each (module docstring)."""
-    while (refinement := next_refinement(study, space)) is not None:
+                callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] | None = None,
+                whole_region_cap: float | None = None) -> None:
+    """Try the best plan with each costly option value, one trial each (module docstring).
+    A whole-region refinement left out for its cost is noted in the study."""
+    best = top_records(study, 1)
+    stitched_best = bool(best) and changes_anything(Plan.from_json(best[0].plan), space, STITCH_OPTION)
+    if stitched_best and too_costly(study, whole_region_cap):
+        study.set_user_attr(StudyAttr.WHOLE_REGION_SKIPPED, {**(whole_region_cost(study) or {}),
+                                                            "cap_trials": whole_region_cap})
+    while (refinement := next_refinement(study, space, whole_region_cap)) is not None:
         name, params, overrides = refinement
         log.info("trying the best plan with %s", name.removeprefix(REFINED))
         study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name, TrialAttr.OPTION_OVERRIDES: overrides})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,8 +41,7 @@ class TuneSettings:
         """The effort preset with this run's overrides (trials, patience)."""
         preset = EFFORTS[self.effort]
         patience = (self.patience or preset.patience) if self.stop_early else None
-        return Effort(trials=self.trials or preset.trials, chunks=preset.chunks, patience=patience,
-                      confirm_top=preset.confirm_top)
+        return dataclasses.replace(preset, trials=self.trials or preset.trials, patience=patience)
 
     @property
     def study(self) -> str:

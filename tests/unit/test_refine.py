@@ -12,7 +12,7 @@ from sktune.backends.inductor import InductorBackend
 from sktune.graph.capture import capture
 from sktune.load import build, draw_inputs, load_model_file
 from sktune.space.search_space import build_space
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.refine import changes_anything, next_refinement, refine_best
 from tests.report_fixtures import _timing
 
@@ -80,3 +80,32 @@ def test_no_refinement_while_starting_points_wait(space) -> None:
     study = _study_with(space, anchors["fuse-all+fallbacks"], 0.7)
     study.enqueue_trial(anchors["safe-runs"], user_attrs={TrialAttr.ANCHOR: "safe-runs"})
     assert next_refinement(study, space) is None
+
+
+
+@pytest.mark.parametrize(("yardstick_s", "tried"), [(9.0, True), (40.0, False)])
+def test_whole_regions_are_left_out_where_they_cost_more_than_the_cap(space, yardstick_s: float, tried: bool) -> None:
+    """The fuse-all yardstick's compile prices a whole region: 9 s against 5 s trials is
+    under a cap of 3 trials, 40 s is not (then the C++ wrapper alone is tried)."""
+    anchors = dict(space.anchors())
+    study = _study_with(space, anchors["fuse-all+fallbacks"], 0.7)
+    dist = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.domains().items()}
+    for anchor, ratio, compile_s, bitwise in [("fuse-all", 0.5, yardstick_s, 1.0), ("safe-runs", 0.9, 5.0, 0.0),
+                                             ("safe-runs+exact-options", 0.95, 5.0, 0.0)]:
+        params = anchors[anchor]
+        study.add_trial(optuna.trial.create_trial(
+            value=ratio, params=params, distributions={k: dist[k] for k in params}, constraints={"bitwise": bitwise},
+            user_attrs={TrialAttr.PLAN: space.decode(params).to_json(), TrialAttr.TIMING: _timing(ratio),
+                        TrialAttr.ANCHOR: anchor, TrialAttr.COMPILE_S: compile_s}))
+    ran: list[dict] = []
+    objective = _objective(space, {"best+stitch_units=False": 0.65, "best+cpp_wrapper=True": 0.8}, ran)
+    refine_best(study, space, objective, whole_region_cap=3)
+    names = [t.user_attrs[TrialAttr.ANCHOR] for t in study.trials[4:]]
+    assert names == (["best+stitch_units=False"] if tried else []) + ["best+cpp_wrapper=True"]
+    skipped = study.user_attrs.get(StudyAttr.WHOLE_REGION_SKIPPED)
+    if tried:
+        assert skipped is None
+    else:
+        assert skipped == {"whole_compile_s": 40.0, "median_trial_compile_s": 5.0, "trials": 8.0, "cap_trials": 3}
+        refine_best(study, space, objective, whole_region_cap=None)  # no cap (effort "thorough"): tried
+        assert study.trials[-1].user_attrs[TrialAttr.ANCHOR] == "best+stitch_units=False"
