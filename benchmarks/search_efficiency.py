@@ -155,6 +155,7 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
     print(f"{model}: {data['n_ops']} ops, {data['n_trials']} trials ({data['n_complete']} complete, "
           f"{data['n_infeasible']} not bitwise, {data['n_pruned']} pruned/skipped) in {wall:.0f} s")
     print("worker start-up: " + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()))
+    print("then: " + ", ".join(f"{k} {v:.1f} s" for k, v in (study.user_attrs.get(StudyAttr.PHASES_S) or {}).items()))
     print(f"per-trial overhead beyond measurement, cold cache: median {statistics.median(overheads):.2f} s "
           f"(min {min(overheads):.2f}, max {max(overheads):.2f})")
     print("  where a trial's time went (median s): " + _breakdown(study))

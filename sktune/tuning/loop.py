@@ -6,8 +6,10 @@ wraps it for ``sktune run``: worker start, study creation or resume, finalists, 
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
@@ -79,8 +81,29 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         )
         objective = make_objective(space, worker, rules, targets_of(description),
                                    exactness_from_description(description))
-        search(study, objective, effort, settings.timeout, callbacks)
-        refine_best(study, space, objective, callbacks, effort.whole_region_cap)
-        confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
-        profile_baseline_and_best(study, worker, settings.trial_timeout)
+        phases = PhaseClock()  # where this run's time went after start-up
+        with phases("search"):
+            search(study, objective, effort, settings.timeout, callbacks)
+        with phases("refine"):
+            refine_best(study, space, objective, callbacks, effort.whole_region_cap)
+        with phases("finalists"):
+            confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
+        with phases("profiles"):
+            profile_baseline_and_best(study, worker, settings.trial_timeout)
+        study.set_user_attr(StudyAttr.PHASES_S, phases.seconds)
     return study
+
+
+class PhaseClock:
+    """Seconds spent in each named phase (``with clock("name"): ...``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started

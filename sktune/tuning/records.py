@@ -69,6 +69,7 @@ class StudyAttr:
     PROFILE_BASELINE = "profile_baseline"
     PROFILE_BEST = "profile_best"
     PROFILE_BEST_TRIAL = "profile_best_trial"
+    PHASES_S = "phases_s"  # seconds of the last run's search, refinement, finalists, profiles
     WHOLE_REGION_SKIPPED = "whole_region_skipped"  # why the whole-region refinement was not tried (refine.py)
 
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 STUDIES_DIR = Path(__file__).resolve().parents[2] / "studies"
-STUDY_NAMES = ["norm_chain", "decoder_block", "decoder_block_bf16", "quant_block", "decoder_stack", "moe_block"]
+STUDY_NAMES = ["norm_chain", "decoder_block", "decoder_block_bf16", "quant_block", "decoder_stack", "moe_block",
+               "shared_gate"]
 
 
 def _load(name: str):
