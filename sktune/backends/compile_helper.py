@@ -19,6 +19,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection, Pipe
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,7 @@ class CompileHelper:
         self._pending: set[str] = set()
         self.alive = True
         self.delivered = 0  # regions the helper compiled for the worker
+        self.compile_s: dict[str, float] = {}  # what each delivered region cost the helper to compile
 
     def serves(self, graph: OpGraph) -> bool:
         return self.alive and id(graph) in self._shape_of
@@ -85,7 +87,9 @@ class CompileHelper:
                 self._gone("died")
                 return
             if kind == "done":
-                self._pending.discard(payload)
+                done, seconds = payload
+                self._pending.discard(done)
+                self.compile_s[done] = seconds
                 self.delivered += 1
             elif kind == "finished":  # the end of one request: whatever is left of it is not coming
                 self._pending -= set(payload)
@@ -129,8 +133,10 @@ def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
         if profile_kernels not in backends:
             backends[profile_kernels] = get_backend(spec.backend, profile_kernels=profile_kernels, for_trials=True)
         try:
+            started = time.perf_counter()
             for key in backends[profile_kernels].precompile(graphs[shape], Plan.from_json(plan_json), set(keys)):
-                conn.send(("done", key))
+                conn.send(("done", (key, time.perf_counter() - started)))
+                started = time.perf_counter()
             conn.send(("finished", keys))
         except (BrokenPipeError, ConnectionResetError):
             return  # the worker is gone

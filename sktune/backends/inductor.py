@@ -157,9 +157,16 @@ class InductorBackend(Backend):
         super().__init__(profile_kernels=profile_kernels, for_trials=for_trials)
         self.regions = RegionCache()  # lives as long as the worker: trials share identical regions
         self.helper: CompileHelper | None = None  # a second process compiling some regions (the runner's)
+        self._helper_s = 0.0  # what the helper spent on the regions loaded since compile_counts
 
-    def compile_counts(self) -> dict[str, int]:
-        return self.regions.take_counts()
+    def compile_counts(self) -> dict[str, float]:
+        """Regions compiled and reused since the last call; with a helper, also the seconds
+        its regions cost it (``helper_compile_s``: the worker only waited and loaded them)."""
+        counts: dict[str, float] = dict(self.regions.take_counts())
+        if self._helper_s:
+            counts["helper_compile_s"] = self._helper_s
+        self._helper_s = 0.0
+        return counts
 
     def option_space(self, graph: OpGraph) -> list[OptionSpec]:
         has_conv = any(op.target.startswith("conv") for op in graph.ops)
@@ -201,6 +208,7 @@ class InductorBackend(Backend):
         for job in jobs:
             if self.helper is not None and self.helper.has_pending(job.key) and job.key not in self.regions:
                 self.helper.wait(job.key)  # then it loads from the shared on-disk cache
+                self._helper_s += self.helper.compile_s.get(job.key, 0.0)
             fn = self.regions.get_or_compile(job.key, job.compile)
             delattr(gm, str(job.node.target))
             job.node.op, job.node.target = "call_function", _Region(fn, str(job.node.target))

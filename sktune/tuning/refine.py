@@ -73,11 +73,13 @@ def next_refinement(study: optuna.Study, space: SearchSpace,
 
 def whole_region_cost(study: optuna.Study) -> dict[str, float] | None:
     """What compiling the whole model as one region costs, in trials: the fuse-all
-    yardstick's compile (one region over everything, measured in this study; with
-    fallbacks it costs more, about twice on a 24-layer stack) against the median compile of
-    the other trials. None before both are known."""
+    yardstick's compile (one region over everything, measured in this study, by the
+    compile helper if it compiled it; with fallbacks it costs more, 2-4x on a 24-layer
+    stack) against the median compile of the other trials. None before both are known."""
     yardstick = anchor_record(study, "fuse-all")
-    whole = study.trials[yardstick.number].user_attrs.get(TrialAttr.COMPILE_S) if yardstick else None
+    attrs = study.trials[yardstick.number].user_attrs if yardstick else {}
+    observed = attrs.get(TrialAttr.OBSERVED) or {}
+    whole = max(attrs.get(TrialAttr.COMPILE_S) or 0.0, observed.get("helper_compile_s") or 0.0)
     others = [t.user_attrs[TrialAttr.COMPILE_S] for t in study.get_trials(deepcopy=False)
               if t.user_attrs.get(TrialAttr.COMPILE_S) and t.user_attrs.get(TrialAttr.ANCHOR) != "fuse-all"]
     if not whole or not others:

@@ -64,6 +64,8 @@ def test_helper_compiles_the_fuse_all_yardstick_at_start_up_and_helps_the_profil
     result = runner.run(TrialRequest(fuse_all))
     assert result.observed["regions_compiled"] == 1
     assert helper.delivered == 1  # the worker loaded the yardstick the helper compiled at start-up
+    # What the region cost the helper is kept with the trial: it prices a whole region (refine.py).
+    assert result.observed["helper_compile_s"] > 0
 
     # The profile compiles with kernel profiling (other cache keys): the helper takes every
     # second region of that build too, and the profile still names the kernels.

@@ -83,10 +83,12 @@ def test_no_refinement_while_starting_points_wait(space) -> None:
 
 
 
-@pytest.mark.parametrize(("yardstick_s", "tried"), [(9.0, True), (40.0, False)])
-def test_whole_regions_are_left_out_where_they_cost_more_than_the_cap(space, yardstick_s: float, tried: bool) -> None:
+@pytest.mark.parametrize(("yardstick_s", "helper_s", "tried"), [(9.0, 0.0, True), (40.0, 0.0, False), (9.0, 40.0, False)])
+def test_whole_regions_are_left_out_where_they_cost_more_than_the_cap(space, yardstick_s: float, helper_s: float,
+                                                                       tried: bool) -> None:
     """The fuse-all yardstick's compile prices a whole region: 9 s against 5 s trials is
-    under a cap of 3 trials, 40 s is not (then the C++ wrapper alone is tried)."""
+    under a cap of 3 trials, 40 s is not (then the C++ wrapper alone is tried). When the
+    compile helper compiled it, the worker only waited 9 s: the helper's 40 s count."""
     anchors = dict(space.anchors())
     study = _study_with(space, anchors["fuse-all+fallbacks"], 0.7)
     dist = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.domains().items()}
@@ -96,7 +98,8 @@ def test_whole_regions_are_left_out_where_they_cost_more_than_the_cap(space, yar
         study.add_trial(optuna.trial.create_trial(
             value=ratio, params=params, distributions={k: dist[k] for k in params}, constraints={"bitwise": bitwise},
             user_attrs={TrialAttr.PLAN: space.decode(params).to_json(), TrialAttr.TIMING: _timing(ratio),
-                        TrialAttr.ANCHOR: anchor, TrialAttr.COMPILE_S: compile_s}))
+                        TrialAttr.ANCHOR: anchor, TrialAttr.COMPILE_S: compile_s,
+                        TrialAttr.OBSERVED: {"helper_compile_s": helper_s} if anchor == "fuse-all" else {}}))
     ran: list[dict] = []
     objective = _objective(space, {"best+stitch_units=False": 0.65, "best+cpp_wrapper=True": 0.8}, ran)
     refine_best(study, space, objective, whole_region_cap=3)
