@@ -7,7 +7,6 @@ Regions are compiled with ``compile_fx`` (no Dynamo guards per call) and called 
 from __future__ import annotations
 
 import contextlib
-import copy
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,8 +22,10 @@ from sktune.backends.eager_order import EAGER_ORDER, eager_order_installed
 from sktune.backends.inductor_tables import tables_restored
 from sktune.backends.region_cache import RegionCache, region_key
 from sktune.capabilities import OptionSpec
+from sktune.graph.cut_regions import Cut, cut_regions, lift
 from sktune.graph.grouping import regions
-from sktune.graph.opgraph import OpGraph, op_nodes
+from sktune.graph.opgraph import OpGraph
+from sktune.graph.side_by_side import node_values
 from sktune.graph.structure import find_repeats, stitched, unit_starts
 from sktune.space.plan import Plan, check_plan
 
@@ -137,7 +138,8 @@ def _cacheable() -> Iterator[None]:
 
 
 class _Region:
-    """A compiled region as an FX call target (FX needs a name; Inductor returns a bare function)."""
+    """A compiled region as an FX call target (FX needs a name; Inductor returns a bare
+    function); ``fn`` is set once the region is compiled or found compiled."""
 
     def __init__(self, fn: Any, name: str) -> None:
         self.fn = fn
@@ -158,6 +160,9 @@ class InductorBackend(Backend):
         self.regions = RegionCache()  # lives as long as the worker: trials share identical regions
         self.helper: CompileHelper | None = None  # a second process compiling some regions (the runner's)
         self._helper_s = 0.0  # what the helper spent on the regions loaded since compile_counts
+        # Per captured graph: (first op, last op, configuration) → region_key.
+        self._span_keys: weakref.WeakKeyDictionary[fx.GraphModule, dict[tuple[int, int, str], str | None]] = \
+            weakref.WeakKeyDictionary()
 
     def compile_counts(self) -> dict[str, float]:
         """Regions compiled and reused since the last call; with a helper, also the seconds
@@ -209,10 +214,7 @@ class InductorBackend(Backend):
             if self.helper is not None and self.helper.has_pending(job.key) and job.key not in self.regions:
                 self.helper.wait(job.key)  # then it loads from the shared on-disk cache
                 self._helper_s += self.helper.compile_s.get(job.key, 0.0)
-            fn = self.regions.get_or_compile(job.key, job.compile)
-            delattr(gm, str(job.node.target))
-            job.node.op, job.node.target = "call_function", _Region(fn, str(job.node.target))
-        gm.recompile()
+            job.node.target.fn = self.regions.get_or_compile(job.key, job.compile)
         return gm
 
     def precompile(self, graph: OpGraph, plan: Plan, keys: set[str]) -> Iterator[str]:
@@ -245,9 +247,10 @@ class InductorBackend(Backend):
         return handed
 
     def _region_jobs(self, graph: OpGraph, plan: Plan) -> tuple[fx.GraphModule, list[_RegionJob]]:
-        """The graph with the plan's regions cut out as submodules, and how to compile each."""
+        """The graph with the plan's regions cut out as calls (graph/cut_regions.py), and how to
+        compile each. A region's key is remembered by span and configuration: the graph and
+        its inputs never change in a worker, so a known region is not lifted out again."""
         from torch._inductor.compile_fx import compile_fx
-        from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
         check_plan(plan, len(graph.ops), graph.boundaries)
         spans = regions(len(graph.ops), plan.scopes)
@@ -255,13 +258,6 @@ class InductorBackend(Backend):
             return graph.gm, []
         if plan.option_dict.get(STITCH_OPTION):  # absent (plans from before the option): whole regions
             spans = stitched(spans, _unit_starts(graph), set(graph.boundaries))
-        gm = copy.deepcopy(graph.gm)
-        nodes = op_nodes(gm)
-        partitions: list[dict[fx.Node, int | None]] = [
-            {nodes[i]: None for i in range(first, last + 1)} for first, last in spans
-        ]
-        gm = fuse_by_partitions(gm, partitions, prefix="sk_region_")
-        region_args = _region_inputs(gm, graph.flat_args)
         fallbacks = tuple(sorted(plan.option_dict.get(FALLBACK_OPTION, [])))
         unknown = [f for f in fallbacks if f not in FALLBACK_ATEN]
         if unknown:
@@ -269,15 +265,27 @@ class InductorBackend(Backend):
         patches = self.config_patches(plan)
         config = _config_key(patches, fallbacks)
         eager_order = _eager_order_ops(plan.option_dict, fallbacks)
-        jobs = []
-        for node in [n for n in gm.graph.nodes if n.op == "call_module" and str(n.target).startswith("sk_region_")]:
-            sub, args = gm.get_submodule(str(node.target)), region_args[node.name]
+        gm, cuts = cut_regions(graph.gm, spans, lambda k: _Region(None, f"sk_region_{k}"))
+        keys = self._span_keys.setdefault(graph.gm, {})
+        values: dict[fx.Node, Any] = {}
 
-            def compile_region(sub: fx.GraphModule = sub, args: list[Any] = args) -> Any:
+        def lifted(cut: Cut) -> tuple[fx.GraphModule, list[Any]]:
+            if not values:  # one eager run gives every region's real arguments
+                values.update(node_values(graph.gm, graph.flat_args, {a for c in cuts for a in c.inputs}))
+            return lift(graph.gm, cut), [values[a] for a in cut.inputs]
+
+        jobs = []
+        for cut in cuts:
+            span = (cut.first, cut.last, config)
+            if span not in keys:
+                keys[span] = region_key(*lifted(cut), config)
+
+            def compile_region(cut: Cut = cut) -> Any:
+                sub, args = lifted(cut)
                 with fallbacks_installed(fallbacks), eager_order_installed(eager_order), _cacheable():
                     return compile_fx(sub, args, config_patches=patches)
 
-            jobs.append(_RegionJob(node, region_key(sub, args, config), compile_region))
+            jobs.append(_RegionJob(cut.call, keys[span], compile_region))
         return gm, jobs
 
 
@@ -317,21 +325,3 @@ def _config_key(patches: dict[str, Any], fallbacks: tuple[str, ...]) -> str:
     """Everything besides the graph that decides what a region compiles to."""
     named = {k: v.uuid() if isinstance(v, CustomGraphPass) else v for k, v in sorted(patches.items())}
     return f"torch {torch.__version__} patches {named!r} fallbacks {fallbacks!r}"
-
-
-def _region_inputs(gm: fx.GraphModule, flat_args: tuple[torch.Tensor, ...]) -> dict[str, list[Any]]:
-    """Run ``gm`` eagerly once and record the real arguments each region is called with."""
-    seen: dict[str, list[Any]] = {}
-
-    class Recorder(fx.Interpreter):
-        def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
-            seen[self.current_node_name] = list(args)
-            return super().call_module(target, args, kwargs)
-
-        def run_node(self, n: fx.Node) -> Any:
-            self.current_node_name = n.name
-            return super().run_node(n)
-
-    with torch.no_grad():
-        Recorder(gm).run(*flat_args)
-    return seen
