@@ -26,6 +26,7 @@ class Cut:
 
     first: int
     last: int
+    nodes: tuple[fx.Node, ...]  # its ops, of the captured graph
     inputs: tuple[fx.Node, ...]  # of the captured graph, in the call's argument order
     outputs: tuple[fx.Node, ...]  # of the captured graph, in the call's tuple order
     call: fx.Node  # in the cut graph; its target is set by the caller
@@ -56,17 +57,16 @@ def cut_regions(gm: fx.GraphModule, spans: Sequence[tuple[int, int]], target: An
         for n in reversed(inside):
             cut.graph.erase_node(same[n])
         same.update(items)  # a later region reads this one's outputs through its call
-        out.append(Cut(first, last, inputs, outputs, call))
+        out.append(Cut(first, last, tuple(inside), inputs, outputs, call))
     cut.recompile()
     return cut, out
 
 
 def lift(gm: fx.GraphModule, region: Cut) -> fx.GraphModule:
     """The region's own graph: one placeholder per input, returning the outputs as a tuple."""
-    nodes = op_nodes(gm)[region.first:region.last + 1]
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {a: graph.placeholder(f"in{i}") for i, a in enumerate(region.inputs)}
-    for n in nodes:
+    for n in region.nodes:
         env[n] = graph.node_copy(n, lambda a: env[a])
     graph.output(tuple(env[o] for o in region.outputs))
     return fx.GraphModule(gm, graph)  # takes along any submodule or attribute the ops read

@@ -63,7 +63,7 @@ def next_refinement(study: optuna.Study, space: SearchSpace,
         for value in option.costly_choices:
             if plan.option_dict.get(option.name) == value or not changes_anything(plan, space, option.name):
                 continue
-            if option.name == STITCH_OPTION and too_costly(study, whole_region_cap):
+            if option.name == STITCH_OPTION and too_costly(study, whole_region_cap) is not None:
                 continue
             overrides = {**(best.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}), option.name: value}
             variant = space.with_options(plan, overrides)
@@ -89,10 +89,11 @@ def whole_region_cost(study: optuna.Study) -> dict[str, float] | None:
     return {"whole_compile_s": whole, "median_trial_compile_s": median, "trials": whole / median}
 
 
-def too_costly(study: optuna.Study, cap: float | None) -> bool:
-    """Whether the whole-region refinement would cost more than ``cap`` trials (None: no cap)."""
+def too_costly(study: optuna.Study, cap: float | None) -> dict[str, float] | None:
+    """``whole_region_cost`` with the cap, if the whole-region refinement would cost more
+    than ``cap`` trials; None if not (or no cap)."""
     cost = whole_region_cost(study) if cap is not None else None
-    return cost is not None and cost["trials"] > cap
+    return {**cost, "cap_trials": cap} if cost is not None and cost["trials"] > cap else None
 
 
 def json_key(plan_json: dict[str, Any] | None) -> str | None:
@@ -106,9 +107,8 @@ def refine_best(study: optuna.Study, space: SearchSpace, objective: Callable[[op
     A whole-region refinement left out for its cost is noted in the study."""
     best = top_records(study, 1)
     stitched_best = bool(best) and changes_anything(Plan.from_json(best[0].plan), space, STITCH_OPTION)
-    if stitched_best and too_costly(study, whole_region_cap):
-        study.set_user_attr(StudyAttr.WHOLE_REGION_SKIPPED, {**(whole_region_cost(study) or {}),
-                                                            "cap_trials": whole_region_cap})
+    if stitched_best and (skipped := too_costly(study, whole_region_cap)) is not None:
+        study.set_user_attr(StudyAttr.WHOLE_REGION_SKIPPED, skipped)
     while (refinement := next_refinement(study, space, whole_region_cap)) is not None:
         name, params, overrides = refinement
         log.info("trying the best plan with %s", name.removeprefix(REFINED))
