@@ -26,11 +26,17 @@ def op_type(node: fx.Node, gm: fx.GraphModule) -> str:
 
 
 def module_of(node: fx.Node) -> tuple[str, str]:
-    """(module path, module class name) of the innermost module that ran ``node``."""
-    stack = node.meta.get("nn_module_stack") or {}
+    """(module path, module class name) of the innermost module of the model that ran ``node``.
+
+    A module the model calls but does not own (a global, e.g. transformers' hub kernels
+    wrapping ``apply_rotary_pos_emb``: ``G['...'].apply_rotary_pos_emb``) is skipped: its
+    ops belong to the layer that called it. Naming them after it split every Llama layer
+    into two runs, so no repeated unit was found and nothing was stitched."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
     if not stack:
         return "", ""
-    path, cls = list(stack.values())[-1]
+    owned = [(path, cls) for path, cls in stack if _ROOT.match(str(path))]
+    path, cls = (owned or stack)[-1]
     path = _ROOT.sub("", str(path)).lstrip(".")
     path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path).lstrip(".")
     return path, getattr(cls, "__name__", str(cls))

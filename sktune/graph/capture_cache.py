@@ -33,7 +33,7 @@ from sktune.graph.opgraph import Op, OpGraph
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the saved layout changes
+FORMAT = 2  # bump when the saved layout or what it records changes (2: module_of skips globals)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import torch
 from sktune.errors import CaptureError
 from sktune.graph.boundaries import legal_boundaries
 from sktune.graph.capture import capture
+from sktune.graph.structure import find_repeats
 from sktune.load import build, draw_inputs, load_model_file
 
 
@@ -27,6 +28,17 @@ def test_ops_modules_and_sources(tiny_graph) -> None:
     assert graph.ops[1].module == "norm" and graph.ops[1].module_type == "RMSNorm"
     assert all(op.source.startswith(str(source.path)) for op in graph.ops)
     assert [op.index for op in graph.ops] == list(range(len(graph.ops)))
+
+
+def test_ops_of_a_global_module_belong_to_the_layer_that_called_it(test_models: Path) -> None:
+    source = load_model_file(test_models / "global_module.py")
+    with torch.no_grad():
+        graph = capture(build(source), draw_inputs(source, 0))
+    neg = [op for op in graph.ops if op.target == "neg"]
+    assert [op.module for op in neg] == ["layers.0", "layers.1"]
+    # So each layer is one contiguous run of ops, and the two are one repeated unit.
+    repeats = find_repeats([op.target for op in graph.ops], [op.module for op in graph.ops])
+    assert repeats is not None and len(repeats.units) == 2
 
 
 def test_boundaries_never_split_tuple_from_getitems(tiny_graph) -> None:
