@@ -3,9 +3,10 @@
 Inductor compiles a region in one thread, mostly Python (tracing, lowering, code
 generation: 1-2 s a region on CPU), and keeps what it compiled in on-disk caches (FX graph
 and AOTAutograd) that every process with the same cache directory shares; a region found
-there loads in ~0.1 s (docs/measured.md "Compile cost"). So the worker hands every second
-region a trial compiles anew to this helper, compiles the others itself, then loads the
-helper's from the cache: on a second core, multi-region compiles take about half as long.
+there loads in ~0.1 s (docs/measured.md "Compile cost"). So the worker hands about half
+the work of the regions a trial compiles anew to this helper (largest first, to whichever
+side has less: ``inductor.helper_share``), compiles the others itself, then loads the
+helper's from the cache: on a second core, multi-region compiles take less time.
 
 The helper holds its own copy of the captured graphs (from the capture cache) and compiles
 with the same backend code, so its regions have the worker's cache keys. It works only

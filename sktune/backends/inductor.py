@@ -60,6 +60,10 @@ FALLBACK_OPTION = "fallback_ops"
 STITCH_OPTION = "stitch_units"  # a plan option of the backend, not an Inductor config key
 EAGER_ORDER_OPTION = "eager_order"  # idem: sum/mean/softmax decomposed in eager's order
 PLAN_ONLY_OPTIONS = (FALLBACK_OPTION, STITCH_OPTION, EAGER_ORDER_OPTION)
+# A region's compile cost beyond its ops, in ops: tracing, code generation and a C++ build
+# each cost ~0.6 s even for a tiny region, ~1-2 s for a 127-op layer (docs/measured.md
+# "Compile cost"). Used only to split a plan's new regions between worker and helper.
+REGION_FIXED_OPS = 50
 
 OPTIONS = (
     OptionSpec("emulate_precision_casts", (False, True), False, True,
@@ -210,7 +214,10 @@ class InductorBackend(Backend):
         if not jobs:
             return gm
         self._hand_over(graph, plan, jobs)
-        for job in jobs:
+        # The worker's own regions first, then the helper's: waiting in graph order would
+        # leave the worker idle while the helper compiles a region that comes earlier.
+        helper = self.helper
+        for job in sorted(jobs, key=lambda j: helper is not None and helper.has_pending(j.key)):
             if self.helper is not None and self.helper.has_pending(job.key) and job.key not in self.regions:
                 self.helper.wait(job.key)  # then it loads from the shared on-disk cache
                 self._helper_s += self.helper.compile_s.get(job.key, 0.0)
@@ -232,16 +239,17 @@ class InductorBackend(Backend):
         for them. The number of regions handed over (0: no helper serves this graph)."""
         if self.helper is None or not self.helper.serves(graph):
             return 0
-        return len(self._hand_over(graph, plan, self._region_jobs(graph, plan)[1], every=1))
+        return len(self._hand_over(graph, plan, self._region_jobs(graph, plan)[1], everything=True))
 
-    def _hand_over(self, graph: OpGraph, plan: Plan, jobs: list[_RegionJob], every: int = 2) -> set[str]:
-        """Every second (``every``-th) region this plan compiles anew goes to the compile
-        helper, if one serves this graph (backends/compile_helper.py); the keys handed over."""
+    def _hand_over(self, graph: OpGraph, plan: Plan, jobs: list[_RegionJob], everything: bool = False) -> set[str]:
+        """About half the work of the regions this plan compiles anew (``everything``: all
+        of it) goes to the compile helper, if one serves this graph
+        (backends/compile_helper.py); the keys handed over."""
         if self.helper is None or not self.helper.serves(graph):
             return set()
-        new = [k for k in dict.fromkeys(j.key for j in jobs if j.key is not None)
-               if k not in self.regions and not self.helper.has_pending(k)]
-        handed = set(new[every - 1::every])
+        sizes = {j.key: j.ops for j in jobs if j.key is not None
+                 and j.key not in self.regions and not self.helper.has_pending(j.key)}
+        handed = set(sizes) if everything else helper_share(sizes)
         if handed and not self.helper.send(graph, plan, handed, self.profile_kernels):
             return set()
         return handed
@@ -285,7 +293,7 @@ class InductorBackend(Backend):
                 with fallbacks_installed(fallbacks), eager_order_installed(eager_order), _cacheable():
                     return compile_fx(sub, args, config_patches=patches)
 
-            jobs.append(_RegionJob(cut.call, keys[span], compile_region))
+            jobs.append(_RegionJob(cut.call, keys[span], compile_region, cut.last - cut.first + 1))
         return gm, jobs
 
 
@@ -294,6 +302,23 @@ class _RegionJob:
     node: fx.Node  # the region's call in the plan's graph
     key: str  # region_cache.region_key: identical regions share it
     compile: Callable[[], Any]
+    ops: int  # how many ops it holds: its compile cost grows with them
+
+
+def helper_share(sizes: dict[str, int]) -> set[str]:
+    """The regions (key → ops) for the compile helper: largest first, each to whichever side
+    has less work so far, the worker first. Handing over every second region in graph
+    order gave one side the big repeated unit and the other only small ends."""
+    worker = helper = 0
+    share: set[str] = set()
+    for key in sorted(sizes, key=lambda k: -sizes[k]):
+        cost = sizes[key] + REGION_FIXED_OPS
+        if helper < worker:
+            share.add(key)
+            helper += cost
+        else:
+            worker += cost
+    return share
 
 
 def _eager_order_ops(options: dict[str, Any], fallbacks: tuple[str, ...]) -> tuple[str, ...]:
