@@ -134,11 +134,25 @@ def _softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> Any:
     return e * torch.reciprocal(torch.ops.prims.sum(e, [d]).unsqueeze(d))
 
 
+def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> Any:
+    if x.dtype != torch.float32 or half_to_float or dim % x.dim() != x.dim() - 1 or not x.is_contiguous():
+        return NotImplemented
+    d = dim % x.dim()
+    # Inductor's own decomposition, written with prims.sum: ATen's log_softmax kernel adds
+    # up its vector the way Inductor does (fused log_softmax is bitwise), but its default
+    # decomposition calls aten.sum, which the sum rewrite above would reach (1 ULP off,
+    # benchmarks/exact_forms.py).
+    shifted = x - torch.amax(x, d, keepdim=True)
+    total = torch.ops.prims.sum(torch.ops.prims.exp(shifted), [d]).unsqueeze(d)
+    return shifted - torch.ops.prims.log(total)
+
+
 # Op type (as in the op list) → the ATen overload rewritten, and its eager-order form.
 EAGER_ORDER: dict[str, tuple[Any, Callable[..., Any]]] = {
     "sum": (aten.sum.dim_IntList, _sum),
     "mean": (aten.mean.dim, _mean),
     "softmax": (aten._softmax.default, _softmax),
+    "log_softmax": (aten._log_softmax.default, _log_softmax),  # shields its sum from the rewrite
 }
 
 

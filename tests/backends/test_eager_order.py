@@ -1,4 +1,4 @@
-"""sum / mean / softmax in eager's order: bitwise and still fused (on this project's x86
+"""sum / mean / softmax (and log_softmax, shielded) in eager's order: bitwise and still fused (on this project's x86
 CPUs with torch 2.13: docs/measured.md "Exact forms"; the exactness probe checks each
 machine before the search relies on it)."""
 
@@ -67,3 +67,22 @@ def test_an_instance_the_rewrite_does_not_cover_runs_as_aten(cache) -> None:
     for seed in range(3):
         y = torch.randn(64, 96, generator=torch.Generator().manual_seed(seed + 1)) * 5
         assert compare_outputs(flatten_outputs(fn(y)), flatten_outputs(compiled(y))) == []
+
+
+def test_log_softmax_stays_bitwise_with_the_sum_rewritten(cache) -> None:
+    """Fused log_softmax is bitwise; its default decomposition sums with aten.sum, which the
+    eager-order rewrite must not reach (ATen's log_softmax kernel sums as Inductor does)."""
+    def fn(x):
+        return torch.log_softmax(x * 2, -1) + x.sum(-1, keepdim=True)
+
+    for shape in [(1, 32, 128), (3, 37), (2, 7, 19)]:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+        gm = fx.symbolic_trace(fn)
+        from sktune.graph.capture import opgraph_from
+
+        graph = opgraph_from(gm, (x,), (x,))
+        plan = Plan.make([Scope(0, len(graph.ops) - 1, "all")], {"eager_order": True})
+        compiled = InductorBackend(for_trials=True).compile(graph, plan)
+        for seed in range(3):
+            y = torch.randn(*shape, generator=torch.Generator().manual_seed(seed + 1)) * 3
+            assert compare_outputs(flatten_outputs(fn(y)), flatten_outputs(compiled(y))) == []
