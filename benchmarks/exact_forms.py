@@ -104,8 +104,8 @@ def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separ
             model = _OneOp(fn)
             graph = capture(model, _inputs(sizes, 0, positive))
             op_type = graph.ops[0].target
-            exact = {o.name: o.exact_choice for o in backend.capabilities(graph).options if o.exact_choice is not None}
             eager = backend.reference(graph)
+            exact = backend.capabilities(graph).exact_options
             for form, options in _forms(op_type, exact, set(FALLBACK_ATEN)).items():
                 plan = Plan.make([Scope(0, len(graph.ops) - 1, "op")], options)
                 compiled = backend.compile(graph, plan)

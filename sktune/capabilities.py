@@ -116,6 +116,11 @@ class Capabilities:
             elif value not in domains[key]:
                 raise PlanError(f"plan option {key}={value!r} is outside its domain {list(domains[key])}")
 
+    @property
+    def exact_options(self) -> dict[str, Any]:
+        """Every option at the value known to keep eager numerics (e.g. no mm+add → addmm)."""
+        return {o.name: o.exact_choice for o in self.options if o.exact_choice is not None}
+
     def narrowed(self, option_names: set[str] | None) -> "Capabilities":
         """The same with only the options in ``option_names`` (None: all), as the search
         benchmark narrows the space until every plan can be measured."""

@@ -188,8 +188,8 @@ class SearchSpace:
 
     @property
     def exact_options(self) -> dict[str, Any]:
-        """Every option at the value known to keep eager numerics (e.g. no mm+add → addmm)."""
-        return {o.name: o.exact_choice for o in self.options if o.exact_choice is not None}
+        """Every option at the value known to keep eager numerics (``Capabilities.exact_options``)."""
+        return self.capabilities.exact_options
 
     def anchors(self) -> list[tuple[str, dict[str, Any]]]:
         """Named anchor parameter sets, without duplicates, in the order to enqueue them."""

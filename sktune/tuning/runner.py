@@ -120,9 +120,9 @@ class TrialRunner:
         self.capabilities = self.backend.capabilities(self.graph)
         self.exactness: dict[str, Any] = {}
         if config.probe_cache is not None and self.capabilities.probes_exactness:
-            exact = {o.name: o.exact_choice for o in self.capabilities.options if o.exact_choice is not None}
             # Per shape: an op can be exact at one size and not at another (vector tails); the
             # cache, keyed by input shapes, answers repeated shapes without a compile.
+            exact = self.capabilities.exact_options
             self.exactness = across_shapes([probe_exactness(self, Path(config.probe_cache), exact, name)
                                             for name in self.shape_sets])
         self.startup_s["probe"] = time.perf_counter() - clock
