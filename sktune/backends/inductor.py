@@ -214,13 +214,15 @@ class InductorBackend(Backend):
         if not jobs:
             return gm
         self._hand_over(graph, plan, jobs)
-        # The worker's own regions first, then the helper's: waiting in graph order would
-        # leave the worker idle while the helper compiles a region that comes earlier.
         helper = self.helper
-        for job in sorted(jobs, key=lambda j: helper is not None and helper.has_pending(j.key)):
-            if self.helper is not None and self.helper.has_pending(job.key) and job.key not in self.regions:
-                self.helper.wait(job.key)  # then it loads from the shared on-disk cache
-                self._helper_s += self.helper.compile_s.get(job.key, 0.0)
+        # What the helper compiles (handed over now or prefetched). The worker compiles its
+        # own regions first: waiting in graph order would leave it idle while the helper
+        # compiles a region that comes earlier.
+        awaited = {j.key for j in jobs if helper is not None and helper.has_pending(j.key)}
+        for job in sorted(jobs, key=lambda j: j.key in awaited):
+            if helper is not None and job.key in awaited and job.key not in self.regions:
+                helper.wait(job.key)  # no-op if it came while waiting for another; then loads from the cache
+                self._helper_s += helper.compile_s.get(job.key, 0.0)
             job.node.target.fn = self.regions.get_or_compile(job.key, job.compile)
         return gm
 
