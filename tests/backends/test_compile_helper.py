@@ -1,6 +1,6 @@
 """The compile helper: a second process compiles about half of the new regions' work into
-the shared on-disk caches; the worker's compile gives the same result, and carries on alone if the
-helper dies (backends/compile_helper.py)."""
+the shared on-disk caches; the worker's compile gives the same result, and carries on
+alone if the helper dies (backends/compile_helper.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""sum / mean / softmax (and log_softmax, shielded) in eager's order: bitwise and still fused (on this project's x86
-CPUs with torch 2.13: docs/measured.md "Exact forms"; the exactness probe checks each
-machine before the search relies on it)."""
+"""sum / mean / softmax (and log_softmax, shielded) in eager's order: bitwise and still
+fused (on this project's x86 CPUs with torch 2.13: docs/measured.md "Exact forms"; the
+exactness probe checks each machine before the search relies on it)."""
 
 from pathlib import Path
 
@@ -75,11 +75,11 @@ def test_log_softmax_stays_bitwise_with_the_sum_rewritten(cache) -> None:
     def fn(x):
         return torch.log_softmax(x * 2, -1) + x.sum(-1, keepdim=True)
 
+    from sktune.graph.capture import opgraph_from
+
+    gm = fx.symbolic_trace(fn)
     for shape in [(1, 32, 128), (3, 37), (2, 7, 19)]:
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
-        gm = fx.symbolic_trace(fn)
-        from sktune.graph.capture import opgraph_from
-
         graph = opgraph_from(gm, (x,), (x,))
         plan = Plan.make([Scope(0, len(graph.ops) - 1, "all")], {"eager_order": True})
         compiled = InductorBackend(for_trials=True).compile(graph, plan)
