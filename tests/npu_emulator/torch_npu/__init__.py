@@ -9,7 +9,13 @@ Surface: ``__version__`` (``$TORCH_NPU_EMULATOR_VERSION``, default 2.14.0; below
 the old SuperKernel key set applies); ``SKTUNE_NPU_DEVICE`` defaults to ``cpu`` (tensors
 stay on the CPU); ``torch.npu`` (= ``torch_npu.npu``); the marker ops
 ``npu::super_kernel_scope_begin/end``; the ``npugraph_ex`` (and ``npugraphs``) backend;
-``torch_npu.profiler``.
+``torch_npu.profiler``; torch_npu's fused ops ``npu_rms_norm``, ``npu_add_rms_norm``,
+``npu_rotary_mul``, ``npu_swiglu``, ``npu_fusion_attention``, ``npu_incre_flash_attention``,
+``npu_fused_infer_attention_score``, ``npu_moe_gating_top_k_softmax``, ``npu_grouped_matmul``
+(and ``.List``), ``npu_dynamic_quant``, ``npu_quant_matmul``: ``torch.ops.npu.*`` with the
+torch-npu 2.14.0 schemas, exposed as ``torch_npu.<op>`` (``_fused_ops``). Their values come
+from deterministic CPU references (attention: plain float32 softmax attention over BSH / BSND
+/ BNSD; see each module for what raises NotImplementedError), not from Ascend kernels.
 
 Behaviour model
 - Kernels: each aten op of the post-AOT graph is one task, except view/alias ops and the
@@ -75,11 +81,14 @@ EMULATED = True
 
 os.environ.setdefault("SKTUNE_NPU_DEVICE", "cpu")
 
-from torch_npu import _backend, _ops, npu, profiler  # noqa: E402
+from torch_npu import _backend, _fused_ops, _ops, npu, profiler  # noqa: E402
 
 _ops.register()
 _backend.register()
+# torch_npu.npu_rms_norm ... are the op packets, as torch-npu sets them (transformers does
+# ``from torch_npu import npu_fusion_attention``).
+globals().update(_fused_ops.register())
 torch.npu = npu  # type: ignore[attr-defined]
 sys.modules.setdefault("torch.npu", npu)
 
-__all__ = ["EMULATED", "__version__", "npu", "profiler"]
+__all__ = ["EMULATED", "__version__", "npu", "profiler", *_fused_ops.NAMES]
