@@ -65,8 +65,15 @@ class Capabilities:
     anchor_set: str = "compiler"  # "compiler" (fuse-all variants) or "superkernel" (hand-written scopes)
     # Options whose exact choice earns a fuse-everything anchor of its own ("fuse-all+<name>").
     fuse_all_variants: tuple[str, ...] = field(default=())
+    # The most distinct scope names a plan may have (None: no limit). Past CANN's cap extra
+    # scopes are silently not fused (docs/superkernel.md, "Marking scopes").
+    max_scopes: int | None = None
 
     def __post_init__(self) -> None:
+        # The space keeps under the cap by reusing names, which needs two to alternate
+        # (space/scope_cap.py).
+        if self.max_scopes is not None and self.max_scopes < 2:
+            raise ValueError(f"max_scopes must be None or at least 2, got {self.max_scopes}")
         if self.anchor_set not in ANCHOR_SETS:
             raise ValueError(f"anchor_set {self.anchor_set!r} is not one of {ANCHOR_SETS}")
         unknown = set(self.fuse_all_variants) - {o.name for o in self.options}
@@ -84,6 +91,7 @@ class Capabilities:
             "unmarked_plans": self.unmarked_plans,
             "anchor_set": self.anchor_set,
             "fuse_all_variants": list(self.fuse_all_variants),
+            "max_scopes": self.max_scopes,
         }
 
     @classmethod
@@ -98,6 +106,7 @@ class Capabilities:
             unmarked_plans=bool(data["unmarked_plans"]),
             anchor_set=data["anchor_set"],
             fuse_all_variants=tuple(data["fuse_all_variants"]),
+            max_scopes=data.get("max_scopes"),
         )
 
     def check_options(self, options: Mapping[str, Any]) -> None:

@@ -36,6 +36,7 @@ class Backend(ABC):
     unmarked_plans: bool = False  # a plan without scopes means "the compiler decides", not "fuse all"
     anchor_set: str = "compiler"  # which anchors to enqueue: "compiler" (fuse-all variants) or "superkernel"
     fuse_all_variants: tuple[str, ...] = ()  # options whose exact choice gets a fuse-all anchor of its own
+    max_scopes: int | None = None  # distinct scope names a plan may have (None: no limit)
 
     def __init__(self, profile_kernels: bool = False, for_trials: bool = False) -> None:
         # Compile so that the profiler can name each generated kernel (may cost a recompile).
@@ -128,6 +129,7 @@ class Backend(ABC):
             probes_exactness=self.probes_exactness, fallback_option=self.fallback_option,
             unmarked_plans=self.unmarked_plans, anchor_set=self.anchor_set,
             fuse_all_variants=tuple(v for v in self.fuse_all_variants if v in names),
+            max_scopes=self.max_scopes,
         )
 
     def reference(self, graph: OpGraph) -> CompiledModel:

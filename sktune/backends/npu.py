@@ -40,7 +40,7 @@ import torch
 
 from sktune.backends._base import Backend, CompiledModel
 from sktune.capabilities import OptionSpec
-from sktune.backends.npu_option_check import validate_compile_options, validate_scope_names
+from sktune.backends.npu_option_check import MAX_DISTINCT_SCOPES, validate_compile_options, validate_scope_names
 from sktune.backends.npu_option_schema import OPTIMIZE, KeySet, NpuOptionError, check_torch_npu_version
 from sktune.backends.npu_option_space import optimize_options_from_params, search_options
 from sktune.errors import SktuneError
@@ -88,6 +88,7 @@ class NpuBackend(Backend):
     default_bisect_runs = 6  # no data dump under SuperKernel: bisection is how to find the culprit
     unmarked_plans = True  # no markers: CANN picks the fusible ops itself
     anchor_set = "superkernel"
+    max_scopes: int = MAX_DISTINCT_SCOPES  # the search keeps under it (space/scope_cap.py)
 
     def __init__(self, profile_kernels: bool = False, torch_npu_version_: str | None = None,
                  for_trials: bool = False) -> None:
@@ -146,7 +147,7 @@ class NpuBackend(Backend):
     def marked_graph(self, graph: OpGraph, plan: Plan) -> torch.fx.GraphModule:
         """A copy of the captured graph with the plan's scope markers inserted."""
         check_plan(plan, len(graph.ops), graph.boundaries)
-        validate_scope_names([s.name for s in plan.scopes])
+        validate_scope_names([s.name for s in plan.scopes], self.max_scopes)
         begin, end = scope_marker_ops()
         return insert_scope_markers(copy.deepcopy(graph.gm), plan.scopes, begin, end)
 

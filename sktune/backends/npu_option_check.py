@@ -233,9 +233,12 @@ def validate_compile_options(options: Mapping[str, Any], *, key_set: KeySet = FU
 
 
 RESERVED_SCOPE_NAME = "default_sk_scope_name"
+# Distinct scope names sktune allows (the npu backend's ``max_scopes``): CANN's cap is 64,
+# 256 or 1024 by version, and 64 is the one every version honours. The one place to change it.
+MAX_DISTINCT_SCOPES = 64
 
 
-def validate_scope_names(names: Iterable[str | None], max_distinct: int = 64) -> None:
+def validate_scope_names(names: Iterable[str | None], max_distinct: int = MAX_DISTINCT_SCOPES) -> None:
     """Reject scope names npugraph_ex or CANN would refuse, truncate or stop fusing.
 
     - ``None`` is allowed (never fuse) and not counted; CANN encodes it as the name
@@ -278,6 +281,6 @@ def validate_scope_names(names: Iterable[str | None], max_distinct: int = 64) ->
 
 
 __all__ = [
-    "RESERVED_SCOPE_NAME", "check_dcci_pattern", "dcci_pattern_matches", "validate_compile_options",
-    "validate_options", "validate_scope_names",
+    "MAX_DISTINCT_SCOPES", "RESERVED_SCOPE_NAME", "check_dcci_pattern", "dcci_pattern_matches",
+    "validate_compile_options", "validate_options", "validate_scope_names",
 ]
