@@ -7,6 +7,8 @@ units, ``rep.block:3`` decides block 3 of every unit (stamping). Backend options
 per-op-type fallbacks are parameters too, where the backend has them: a plan's options
 are the backend's own (``fallback_option`` is None for a backend without fallbacks), and
 every decoded plan is checked against the declared domains before it leaves this module.
+A backend's cap on distinct scope names holds by construction: past it, decoded scopes
+reuse names (``space/scope_cap.py``), so the space proposes nothing the backend refuses.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sktune.capabilities import Capabilities, OptionSpec
 from sktune.graph.structure import Repeats, differing_ends, find_repeats
 from sktune.space.layout import MAX_CUTS, Layout, flat_layout, stamped_layout
 from sktune.space.plan import Plan, Scope
+from sktune.space.scope_cap import over_cap, reuse_names
 
 FUSE, EAGER = "fuse", "eager"
 NO_SCOPES = "no_scopes"  # no markers at all: the compiler picks what to fuse (npu's default)
@@ -45,6 +48,7 @@ class SearchSpace:
     unmarked_choice: bool = False  # "no scopes" differs from "one scope over everything" (npu)
     kernelless: tuple[bool, ...] = ()  # op i launches no kernel (a view, a no-op cast): never a scope alone
     fuse_all_variants: tuple[str, ...] = ()  # options whose exact choice gets a fuse-all anchor of its own
+    max_scopes: int | None = None  # distinct scope names the backend allows (None: no limit)
 
     @property
     def cuts(self) -> tuple[int, ...]:
@@ -65,6 +69,9 @@ class SearchSpace:
             "cut_keys": list(self.layout.cut_keys),
             "fallbacks": list(self.fallbacks),
             "options": {o.name: list(o.choices) for o in self.options},
+            # The cap changes what parameters decode to; absent where there is none, so
+            # studies of uncapped backends resume as before.
+            **({"max_scopes": self.max_scopes} if self.max_scopes is not None else {}),
         }
 
     # -- parameters → plan ------------------------------------------------------
@@ -116,7 +123,7 @@ class SearchSpace:
                 run_start = first
         if run_start is not None:
             scopes.append(Scope(run_start, blocks[-1][1], f"sk{len(scopes)}"))
-        scopes = self._without_empty(scopes)
+        scopes = reuse_names(self._without_empty(scopes), self.max_scopes)
         if not scopes:  # nothing fused: say so explicitly, or "no scopes" would mean fuse all
             scopes = [Scope(0, self.n_ops - 1, None)]
         if self.unmarked_choice and params.get(NO_SCOPES):
@@ -141,7 +148,12 @@ class SearchSpace:
         """What this space searches, as the backend's capabilities (narrowed to the space)."""
         return Capabilities(options=self.options, fallback_candidates=self.fallbacks,
                             fallback_option=self.fallback_option, unmarked_plans=self.unmarked_choice,
-                            fuse_all_variants=self.fuse_all_variants)
+                            fuse_all_variants=self.fuse_all_variants, max_scopes=self.max_scopes)
+
+    def over_cap(self, plan: Plan) -> str | None:
+        """Why ``plan`` has more distinct scope names than the backend allows, or None.
+        A decoded plan never has; one that arrives another way may."""
+        return over_cap(plan.scopes, self.max_scopes)
 
     def check_options(self, plan: Plan) -> None:
         """Refuse a plan whose options are not this backend's declared ones (key or value)."""
@@ -254,4 +266,4 @@ def build_space(
     unsafe_blocks = tuple(any(t in unsafe for t in targets[s:e + 1]) for s, e in zip(starts, ends))
     return SearchSpace(len(targets), layout, unsafe_blocks, tuple(fallbacks), capabilities.options, repeats,
                        capabilities.fallback_option, capabilities.unmarked_plans, tuple(kernelless),
-                       capabilities.fuse_all_variants)
+                       capabilities.fuse_all_variants, max_scopes=capabilities.max_scopes)
