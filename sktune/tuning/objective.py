@@ -2,9 +2,10 @@
 
 The same objective runs in ``sktune run`` (a supervised worker process) and in the search
 benchmark's replay (a table of measurements): it takes any ``TrialWorker``. A trial is
-skipped without a compile when the exactness probe calls its plan hopeless, timed in
-steps with pruning between them, constrained by its mismatch count (≤ 0: bitwise-exact),
-and, when not exact, bisected for the smallest failing op range.
+skipped without a compile when the exactness probe calls its plan hopeless or it has more
+scopes than the backend allows, timed in steps with pruning between them, constrained by
+its mismatch count (≤ 0: bitwise-exact), and, when not exact, bisected for the smallest
+failing op range.
 
 For a model served at several shapes, a trial is measured first at the heaviest shape,
 where it may be pruned; only a plan that is still exact (or an anchor) is then verified
@@ -82,9 +83,11 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             trial.set_user_attr(TrialAttr.OPTION_OVERRIDES, overrides)
         trial.set_user_attr(TrialAttr.PLAN, plan.to_json())
         trial.set_user_attr(TrialAttr.WORKER, worker_tag())  # lets a resumed run fail this trial if we die
-        hopeless = None if anchor or exactness is None else exactness.hopeless(
-            plan, targets, space.exact_options, space.fallback_option)
-        if hopeless:  # known not to be bitwise: not worth a compile
+        # Over the backend's scope cap the compile would be refused: skipped, anchor or not
+        # (a decoded plan never is; a plan from elsewhere may be, space/scope_cap.py).
+        hopeless = space.over_cap(plan) or (None if anchor or exactness is None else exactness.hopeless(
+            plan, targets, space.exact_options, space.fallback_option))
+        if hopeless:  # refused or known not to be bitwise: not worth a compile
             trial.set_user_attr(TrialAttr.SKIPPED, f"skipped: {hopeless}")
             raise optuna.TrialPruned(hopeless)
         started = time.perf_counter()
