@@ -62,7 +62,7 @@ class ClearlyWorsePruner(optuna.pruners.BasePruner):
 class TrialBudget:
     """Stops the study after ``n`` trials of this invocation that cost something.
 
-    Skipped trials (hopeless by the exactness probe) take no compile and no measurement,
+    Skipped trials (hopeless by the exactness probe, over the scope cap) take no compile,
     so they do not use up the budget; ``max_skips`` in a row end the search anyway.
     """
 

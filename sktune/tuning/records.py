@@ -25,7 +25,7 @@ class TrialAttr:
     ANCHOR = "anchor"  # name of the enqueued starting point (anchor or seed); absent: sampled
     OPTION_OVERRIDES = "option_overrides"  # options set outside the sampled domain (costly choices)
     WORKER = "worker"  # host and pid of the process running it (orphan detection)
-    SKIPPED = "skipped"  # why it was not compiled (the exactness probe)
+    SKIPPED = "skipped"  # why it was not compiled (exactness probe, scope cap)
     PRUNED = "pruned"  # why its measurement was stopped early
     FAILURE = "failure"  # why the worker gave no result
     FAILURE_TRACE = "failure_trace"
@@ -83,7 +83,7 @@ def has_ratio(trial: FrozenTrial) -> bool:
 
 
 def skipped(trial: FrozenTrial) -> bool:
-    """Skipped without a compile (the exactness probe says it cannot be bitwise)."""
+    """Skipped without a compile: hopeless by the exactness probe, or over the scope cap."""
     return TrialAttr.SKIPPED in trial.user_attrs
 
 
