@@ -23,9 +23,17 @@ Behaviour model
   _to_copy -> Cast, ... on AI_VECTOR_CORE). AI_CPU class: sort, topk, nonzero, unique*,
   multinomial, randperm. Gather class (reads scalars from global memory): gather, index,
   index_select, embedding, take, index_add, scatter, scatter_add. Wait-like:
-  ``_c10d_functional.wait_tensor`` (a ValueWait node).
+  ``_c10d_functional.wait_tensor`` (a ValueWait node). torch_npu's fused ops are one task
+  each: npu_rms_norm -> RmsNorm, npu_add_rms_norm -> AddRmsNorm, npu_rotary_mul -> RotaryMul,
+  npu_swiglu -> SwiGlu, npu_moe_gating_top_k_softmax -> MoeGatingTopKSoftmax,
+  npu_dynamic_quant -> DynamicQuant (AI_VECTOR_CORE); npu_quant_matmul -> QuantBatchMatmulV3
+  (AI_CORE); npu_fusion_attention -> FlashAttentionScore, npu_incre_flash_attention ->
+  IncreFlashAttention, npu_fused_infer_attention_score -> FusedInferAttentionScore,
+  npu_grouped_matmul -> GroupedMatmul (MIX class: MIX_AIC, block 20 + mix block 40; a
+  SuperKernel holding one is MIX_AIC).
 - Op time: 2.0 µs head + (input + output bytes) / 200e3 B/µs + matmul flops (2MNK) /
-  50e6 flop/µs. 5.0 µs launch gap between tasks; 50 µs host gap between profiler steps.
+  50e6 flop/µs. Flops of the fused ops: quant matmul 2MNK; grouped matmul 2K per output
+  element; attention 2·Skv per query element plus 2·Skv per output element. 5.0 µs launch gap between tasks; 50 µs host gap between profiler steps.
 - Reference (super_kernel_optimize False): every task separate. Markers in a run launch
   tiny kernels (sk_scope_kernel_begin, sk_placeholder_kernel, sk_scope_kernel_end)
   unless their range became a SuperKernel.

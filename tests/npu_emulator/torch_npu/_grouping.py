@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from torch import fx
 
 from torch_npu._device import Task, marker_tasks
-from torch_npu._kernels import AICPU, CUBE, GATHER, WAIT, Kernel, is_task, kernel_for
+from torch_npu._kernels import AICPU, CUBE, GATHER, MIX, WAIT, Kernel, is_task, kernel_for
 from torch_npu._options import SkOptions, any_match
 
 RESERVED = "default_sk_scope_name"
@@ -99,7 +99,7 @@ class SuperKernel:
 
     @property
     def core(self) -> str:
-        return "MIX_AIC" if any(k.kind == CUBE for k in self.kernels) else "MIX_AIV"
+        return "MIX_AIC" if any(k.kind in (CUBE, MIX) for k in self.kernels) else "MIX_AIV"
 
     def task(self, op_state: str) -> Task:
         block = (20, 40) if self.core == "MIX_AIC" else (40, 0)

@@ -2,6 +2,9 @@
 
 Every number here is emulated (see the package docstring); nothing is a claim about a
 real NPU. Time model: ``2.0 µs head + bytes / 200e3 B/µs + flops / 50e6 flop/µs``.
+torch_npu's fused ops (``torch.ops.npu.npu_*``) are one kernel each, with the Ascend op
+type torchair's converters in the torch-npu 2.14.0 wheel name and the aclnn API it calls;
+attention and grouped matmul are MIX kernels (AI_CORE + AI_VECTOR: ``MIX_AIC``).
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ HEAD_US = 2.0
 BYTES_PER_US = 200e3
 FLOPS_PER_US = 50e6
 
-CUBE, VECTOR, GATHER, AICPU, WAIT = "cube", "vector", "gather", "aicpu", "wait"
-_CORE = {CUBE: "AI_CORE", VECTOR: "AI_VECTOR_CORE", GATHER: "AI_VECTOR_CORE", AICPU: "AI_CPU", WAIT: "N/A"}
-_BLOCK = {CUBE: (20, 0), VECTOR: (40, 0), GATHER: (40, 0), AICPU: (1, 0), WAIT: (0, 0)}
+CUBE, VECTOR, GATHER, AICPU, WAIT, MIX = "cube", "vector", "gather", "aicpu", "wait", "mix"
+_CORE = {CUBE: "AI_CORE", VECTOR: "AI_VECTOR_CORE", GATHER: "AI_VECTOR_CORE", AICPU: "AI_CPU", WAIT: "N/A",
+         MIX: "MIX_AIC"}
+_BLOCK = {CUBE: (20, 0), VECTOR: (40, 0), GATHER: (40, 0), AICPU: (1, 0), WAIT: (0, 0), MIX: (20, 40)}
 
 #: aten packet name -> (Ascend op type, aclnn API name, class)
 _TABLE: dict[str, tuple[str, str, str]] = {
@@ -52,6 +56,16 @@ _TABLE: dict[str, tuple[str, str, str]] = {
                                                                                      "UniqueConsecutive", AICPU),
     "multinomial": ("Multinomial", "Multinomial", AICPU), "randperm": ("Randperm", "Randperm", AICPU),
     "wait_tensor": ("ValueWait", "ValueWait", WAIT),
+    # torch_npu's fused ops
+    "npu_rms_norm": ("RmsNorm", "RmsNorm", VECTOR), "npu_add_rms_norm": ("AddRmsNorm", "AddRmsNorm", VECTOR),
+    "npu_rotary_mul": ("RotaryMul", "RotaryPositionEmbedding", VECTOR), "npu_swiglu": ("SwiGlu", "SwiGlu", VECTOR),
+    "npu_fusion_attention": ("FlashAttentionScore", "FlashAttentionScore", MIX),
+    "npu_incre_flash_attention": ("IncreFlashAttention", "IncreFlashAttentionV4", MIX),
+    "npu_fused_infer_attention_score": ("FusedInferAttentionScore", "FusedInferAttentionScoreV3", MIX),
+    "npu_moe_gating_top_k_softmax": ("MoeGatingTopKSoftmax", "MoeGatingTopKSoftmax", VECTOR),
+    "npu_grouped_matmul": ("GroupedMatmul", "GroupedMatmulV4", MIX),
+    "npu_dynamic_quant": ("DynamicQuant", "DynamicQuant", VECTOR),
+    "npu_quant_matmul": ("QuantBatchMatmulV3", "QuantMatmulV5", CUBE),
 }
 #: view / alias ops: no device task
 VIEW_OPS = frozenset({
@@ -60,7 +74,8 @@ VIEW_OPS = frozenset({
     "chunk", "narrow", "diagonal", "view_as_real", "view_as_complex", "unfold", "lift_fresh_copy",
     "_assert_tensor_metadata", "sym_size", "sym_stride", "sym_numel",
 })
-MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
+MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "npu_quant_matmul"})
+ATTENTIONS = frozenset({"npu_fusion_attention", "npu_incre_flash_attention", "npu_fused_infer_attention_score"})
 _DTYPES = {torch.float32: "DT_FLOAT", torch.float16: "DT_FLOAT16", torch.bfloat16: "DT_BF16",
            torch.float64: "DT_DOUBLE", torch.int64: "DT_INT64", torch.int32: "DT_INT32", torch.int16: "DT_INT16",
            torch.int8: "DT_INT8", torch.uint8: "DT_UINT8", torch.bool: "DT_BOOL"}
@@ -143,7 +158,13 @@ def _nbytes(ts: list[torch.Tensor]) -> int:
     return sum(int(t.numel()) * t.element_size() for t in ts)
 
 
-def _flops(name: str, ins: list[torch.Tensor]) -> int:
+def _flops(name: str, ins: list[torch.Tensor], outs: list[torch.Tensor], layout: str) -> int:
+    if name == "npu_grouped_matmul":  # every output element is one K-long dot product
+        return 2 * int(ins[0].shape[-1]) * sum(int(t.numel()) for t in outs)
+    if name in ATTENTIONS:  # q·kᵀ and p·v: 2 flops per (query element | output element) per key
+        q, k, out = ins[0], ins[1], outs[0]
+        skv = int(k.shape[{"BNSD": 2, "SBH": 0}.get(layout, 1)])
+        return 2 * skv * (int(q.numel()) + int(out.numel()))
     if name not in MATMULS:
         return 0
     a, b = (ins[1], ins[2]) if name in ("addmm", "baddbmm") else (ins[0], ins[1])
@@ -152,9 +173,17 @@ def _flops(name: str, ins: list[torch.Tensor]) -> int:
     return 2 * batch * m * n * k
 
 
-def op_time_us(name: str, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> float:
-    """The emulated device time of one op, in µs."""
-    return HEAD_US + (_nbytes(ins) + _nbytes(outs)) / BYTES_PER_US + _flops(name, ins) / FLOPS_PER_US
+def op_time_us(name: str, ins: list[torch.Tensor], outs: list[torch.Tensor], layout: str = "BSH") -> float:
+    """The emulated device time of one op, in µs (``layout``: an attention op's input_layout)."""
+    flops = _flops(name, ins, outs, layout)
+    return HEAD_US + (_nbytes(ins) + _nbytes(outs)) / BYTES_PER_US + flops / FLOPS_PER_US
+
+
+def _layout(node: fx.Node) -> str:
+    """An attention node's input_layout (npu_fusion_attention takes it as argument 4)."""
+    if "input_layout" in node.kwargs:
+        return str(node.kwargs["input_layout"])
+    return str(node.args[4]) if len(node.args) > 4 else "BSH"
 
 
 def _camel(name: str) -> str:
@@ -168,6 +197,6 @@ def kernel_for(node: fx.Node, index: int) -> Kernel:
     suffix = "AiCpu" if kind == AICPU else ("Common" if kind == CUBE else "AiCore")
     kernel_name = f"aclnn{api}_{op_type}{suffix}_{op_type}"
     ins, outs = _arg_tensors(node), _tensors(node.meta.get("val"))
-    duration_ns = round(1000 * op_time_us(name, ins, outs))
+    duration_ns = round(1000 * op_time_us(name, ins, outs, _layout(node)))
     return Kernel(index, node.name, str(node.target), op_type, kernel_name, kind, duration_ns,
                   _shapes(ins), _dtypes(ins), _shapes(outs), _dtypes(outs))
