@@ -17,12 +17,28 @@ _ROOT = re.compile(r"^L\['[^']*'\]")
 
 
 def op_type(node: fx.Node, gm: fx.GraphModule) -> str:
-    """A short, stable op-type name: ``linear``, ``mean``, ``mul``, ``getitem``..."""
+    """A short, stable op-type name: ``linear``, ``mean``, ``mul``, ``getitem``...
+
+    An op of a library other than aten keeps its namespace (``npu.npu_rms_norm`` for
+    ``torch.ops.npu.npu_rms_norm``, as torch_npu's fused ops appear in a Dynamo graph), so
+    the op list and the report say whose op it is."""
     if node.op == "call_module":
         return type(gm.get_submodule(str(node.target))).__name__
     if node.op == "call_method":
         return str(node.target)
+    qualified = _library_op(node.target)
+    if qualified is not None and not qualified.startswith("aten::"):
+        return qualified.replace("::", ".")
     return getattr(node.target, "__name__", str(node.target)).lstrip("_")
+
+
+def _library_op(target: object) -> str | None:
+    """``ns::name`` of a ``torch.ops`` op packet or overload; None for anything else."""
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}::{target._opname}"
+    return None
 
 
 def module_of(node: fx.Node) -> tuple[str, str]:
