@@ -227,7 +227,7 @@ class NpuBackend(Backend):
         import torch_npu
 
         from sktune.measure.ascend_files import find_profile_files
-        from sktune.measure.ascend_summary import summarize
+        from sktune.measure.ascend_summary import step_spans, summarize
 
         prof_mod = torch_npu.profiler
         # Kept: one fresh directory per measurement, never an earlier one's files.
@@ -250,10 +250,7 @@ class NpuBackend(Backend):
         summary["profile_dir"] = str(out)
         if not with_steps:
             return summary
-        spans = [s["span_us"] for s in sorted(summary["steps"], key=lambda s: s["step"])]
-        if len(spans) != len(fns):
-            raise SktuneError(f"the NPU profile has {len(spans)} steps, expected {len(fns)}")
-        return summary, spans
+        return summary, step_spans(summary, len(fns))  # a ProfileError names the fix
 
 
 class _CheckedFirstRun:

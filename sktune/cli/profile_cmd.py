@@ -45,6 +45,8 @@ def _print(summary: ProfileSummary) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from sktune.measure.ascend_parsers import is_known_fail_reason
+
     console = Console()
     console.print(f"[bold]{summary.source}[/]", highlight=False)
     if summary.note:
@@ -58,6 +60,12 @@ def _print(summary: ProfileSummary) -> None:
     console.print(steps)
     console.print("span: first kernel start to last kernel end; busy: union of kernel intervals; gap from "
                   "Free = step_trace_time.csv, span−busy = kernel_details.csv only.", highlight=False)
+    if not summary.step_ids:
+        console.print("No Step Id column: the run had no profiler steps, so the whole profile is one step "
+                      "(profile with a schedule and one prof.step() per step to see steps).", highlight=False)
+    if summary.unstepped_rows:
+        console.print(f"Rows outside every profiler step (blank Step Id, in no step): {summary.unstepped_rows}",
+                      highlight=False)
 
     total = sum(summary.by_core.values()) or 1.0
     cores = Table("accelerator core", "total µs", "share %", title="Time by core")
@@ -92,3 +100,7 @@ def _print(summary: ProfileSummary) -> None:
     if reasons:
         console.print("Fusion fail reasons: " + ", ".join(f"{k} ×{v}" for k, v in reasons.most_common()),
                       highlight=False)
+        unknown = sorted(r for r in reasons if not is_known_fail_reason(r))
+        if unknown:  # shown as CANN wrote them; docs/npu_api.md lists the ones sktune knows
+            console.print("Not in sktune's list of reasons (shown as written): " + ", ".join(unknown),
+                          highlight=False)

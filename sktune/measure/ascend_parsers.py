@@ -1,29 +1,41 @@
 """Parse the files ``torch_npu.profiler`` writes under
 ``{dir}/{worker}_{pid}_{timestamp}_ascend_pt/ASCEND_PROFILER_OUTPUT/`` (``kernel_details.csv``,
-``step_trace_time.csv``), SuperKernel names and the fusion-fail log. Real files are messy and
-every reader here expects it: start times quoted with a trailing tab, ``N/A`` fields, HCCL
-rows without task ids, ``Block Dim`` (older) or ``Block Num``, with or without ``Step Id``,
-exact duplicate rows. Start times are read as exact integer nanoseconds (a float64 holds an
-epoch-µs start only to ~0.25 µs).
+``step_trace_time.csv``) and the fusion-fail log; SuperKernel names are read in ``sk_names``
+(re-exported here). Real files are messy and every reader here expects it: start times
+quoted with a trailing tab, ``N/A`` fields, HCCL rows without task ids, ``Block Dim`` (older)
+or ``Block Num``, with or without ``Step Id``, exact duplicate rows. Start times are read
+as exact integer nanoseconds (a float64 holds an epoch-µs start only to ~0.25 µs).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import pandas as pd
 
 from sktune.measure.ascend_files import ProfileError
+from sktune.measure.sk_names import SuperKernelName, parse_superkernel_name
+
+__all__ = ["KNOWN_FAIL_REASONS", "SuperKernelName", "is_known_fail_reason", "parse_superkernel_name",
+           "read_fusion_fail_reasons", "read_kernel_details", "read_step_trace"]
 
 _MISSING = {"", "N/A", "NA", "NAN", "NONE", "NULL", "-"}
 _MARKER = re.compile(r"^(sk_scope_kernel_.*|sk_placeholder_kernel)$")
-_REASON = re.compile(  # reasons named in the docs and in CANN's open-source SuperKernel
-    r"\b(DEFAULT_NODE|TASK_GROUP_NOT_EMPTY|OP_UNSUPPORT|NOT_IN_SCOPE|IN_UNFUSIBLE_SCOPE|EXIST_DEADLOCK|"
-    r"EXCEED_SCOPE_MAX|EXCEED_CORE_MAX|DYNAMIC_TASK_UNSUPPORT|SIMT_OP_UNSUPPORT|[A-Z_]*VALUE_(?:WAIT|WRITE)[A-Z_]*)\b")
+#: fail reasons and scope statuses named in docs/npu_api.md ("Profiler"); others are kept verbatim
+KNOWN_FAIL_REASONS = frozenset({
+    "DEFAULT_NODE", "TASK_GROUP_NOT_EMPTY", "OP_UNSUPPORT", "NOT_IN_SCOPE", "IN_UNFUSIBLE_SCOPE", "ISOLATED_EVENT",
+    "EXIST_DEADLOCK", "EXTERNAL_DEPEND", "KERNEL_ATTR_GET_FAILED", "EXCEED_SCOPE_MAX", "EXCEED_CORE_MAX",
+    "DYNAMIC_TASK_UNSUPPORT", "SIMT_OP_UNSUPPORT", "DEADLOCK_DETECTED", "SYNCALL_OP_DROP",
+    "RESOURCE_INSUFFICIENT", "NO_TARGET_NODE", "UNRECOVERABLE_FAIL",
+})
+_VALUE_REASON = r"[A-Z_]*VALUE_?(?:WAIT|WRITE)[A-Z_]*"  # ValueWait/ValueWrite: exact names unconfirmed
+_REASON = re.compile(r"\b(" + "|".join(sorted(KNOWN_FAIL_REASONS)) + "|" + _VALUE_REASON + r")\b")
+_KEYED_REASON = re.compile(r"\breason\s*[:=]\s*([A-Z][A-Z0-9_]*)")
+_UPPER_SNAKE = re.compile(r"(?<![\w.])([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(?![\w.])")
+_NOT_REASONS = frozenset({"AI_CORE", "AI_CPU", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AIV_ONLY", "AIC_ONLY"})
 _KERNEL_COLUMNS = {  # normalized header -> our column
     "stepid": "step", "device_id": "device_id", "taskid": "task_id", "streamid": "stream_id",
     "name": "name", "type": "type", "acceleratorcore": "core", "starttime(us)": "start",
@@ -39,16 +51,6 @@ _STEP_TRACE_COLUMNS = {
     "communication(notoverlappedandexcludereceive)": "communication_not_overlapped_exclude_receive_us",
     "preparing": "preparing_us",
 }
-
-
-@dataclass(frozen=True)
-class SuperKernelName:
-    """``sk_<scope>_start_<FirstOp>_end_<LastOp>_<index>``, parsed from the right."""
-
-    scope: str
-    first_op: str
-    last_op: str
-    index: int
 
 
 # ---------------------------------------------------------------- reading the CSVs
@@ -97,13 +99,15 @@ def _us_to_ns(text: str) -> int | None:
 
 def read_kernel_details(csv: str | Path) -> pd.DataFrame:
     """``kernel_details.csv`` → one row per kernel with columns ``step`` (0 when there is no
-    ``Step Id``), ``name``, ``type``, ``core``, ``start_us``, ``start_ns`` (exact), ``duration_us``,
+    ``Step Id`` column, ``attrs["step_ids"]`` False; <NA> where a Step Id is blank), ``name``, ``type``, ``core``, ``start_us``, ``start_ns`` (exact), ``duration_us``,
     ``wait_us``, ``block_num`` (``Block Num`` or ``Block Dim``), ``mix_block_num``, ``device_id``,
     ``task_id``, ``stream_id`` (nullable), and flags ``is_marker``, ``is_superkernel``,
     ``is_duplicate`` (an exact repeat of an earlier row). ``N/A`` numbers become NaN/<NA>."""
     raw = _read_raw(csv, "kernel_details.csv", _KERNEL_COLUMNS, ("name", "type", "core", "start", "duration_us"))
     df = pd.DataFrame(index=raw.index)
-    df["step"] = _integer(raw, "step").fillna(0).astype("int64") if "step" in raw else 0
+    # No Step Id: a run without profiler steps, one step 0. A blank Step Id: a kernel outside every step.
+    df["step"] = _integer(raw, "step") if "step" in raw else 0
+    df.attrs["step_ids"] = "step" in raw
     for text in ("name", "type", "core"):
         df[text] = raw[text].mask(raw[text] == "", "N/A")
     starts = raw["start"].mask(_missing(raw["start"]))
@@ -132,36 +136,24 @@ def read_step_trace(csv: str | Path) -> pd.DataFrame:
     return df
 
 
-# ---------------------------------------------------------------- SuperKernel names, fail log
-def parse_superkernel_name(name: str) -> SuperKernelName | None:
-    """``sk_layer_0_start_RmsNorm_end_MatMulV2_0`` → scope ``layer_0``, RmsNorm..MatMulV2, 0.
-    Parsed from the right, so the scope may contain underscores (op names may not contain
-    ``_start_``/``_end_``). Markers and other names give None. This is the form in
-    docs/npu_api.md; CANN's open-source SuperKernel also shows ``sk_<n>_<scope>_start_<func>_end_<func>``
-    (index first, function names), which is not parsed: such rows still appear, with scope None."""
-    name = name.strip()
-    head, _, index = name.rpartition("_")
-    if not name.startswith("sk_") or not index.isdigit():
-        return None
-    rest, sep, last = head[3:].rpartition("_end_")
-    scope, sep2, first = rest.rpartition("_start_")
-    if not (sep and sep2 and scope and first and last):
-        return None
-    return SuperKernelName(scope, first, last, int(index))
+# ---------------------------------------------------------------- the fusion-fail log
+def is_known_fail_reason(reason: str) -> bool:
+    """A reason docs/npu_api.md names (ValueWait/ValueWrite ones by pattern)."""
+    return reason in KNOWN_FAIL_REASONS or re.fullmatch(_VALUE_REASON, reason) is not None
 
 
 def read_fusion_fail_reasons(path: str | Path) -> list[dict[str, str | None]]:
     """Each non-empty line of ``sk_meta/sk_fusion_fail_reasons.log`` → ``{op, reason, raw}``.
 
-    The exact format is unconfirmed (no NPU here). Lines are read leniently: the reason is
-    the ``UPPER_CASE`` token after ``reason:``/``reason=``, else a known reason anywhere on
-    the line (``DEFAULT_NODE``, ``TASK_GROUP_NOT_EMPTY``, ``OP_UNSUPPORT``, ``NOT_IN_SCOPE``,
-    ``IN_UNFUSIBLE_SCOPE``, ``EXIST_DEADLOCK``, ``EXCEED_SCOPE_MAX``, ``EXCEED_CORE_MAX``,
-    ``DYNAMIC_TASK_UNSUPPORT``, ``SIMT_OP_UNSUPPORT``, ``*VALUE_WAIT*``/``*VALUE_WRITE*``); the op is the value
-    of ``funcName:``/``op:``/``op=``/``name:`` when present, else the word before the reason.
-    CANN's open-source writer emits ``Node [nodeId:.., ...] - KernelInfos{funcName:X, ...}:
-    reason: R[, reasonDetail: ...]``. Lines without a reason (headers, scope listings) are
-    kept with ``reason`` None.
+    The exact format is unconfirmed (no NPU here), so lines are read leniently. The reason
+    is the ``UPPER_CASE`` token after ``reason:``/``reason=``, else
+    a known reason anywhere on the line (``KNOWN_FAIL_REASONS``, ``*VALUE_WAIT*``/``*VALUE_WRITE*``),
+    else the last ``UPPER_SNAKE`` word outside ``{...}``/``[...]`` that is no core type. A reason
+    sktune does not know is kept verbatim, never dropped or mapped to a known one. The op is
+    the value of ``funcName:``/``op:``/``op=``/``name:`` when present, else the word before
+    the reason. CANN's open-source writer emits ``Node [nodeId:.., ...] -
+    KernelInfos{funcName:X, ...}: reason: R[, reasonDetail: ...]``. Lines without a reason
+    (headers, scope listings) are kept with ``reason`` None.
     """
     p = Path(path)
     try:
@@ -171,13 +163,22 @@ def read_fusion_fail_reasons(path: str | Path) -> list[dict[str, str | None]]:
     return [_fail_line(line.strip()) for line in text.splitlines() if line.strip()]
 
 
+def _reason_match(line: str) -> re.Match[str] | None:
+    found = _KEYED_REASON.search(line) or _REASON.search(line)
+    if found:
+        return found
+    bare = re.sub(r"\{[^{}]*\}|\[[^\[\]]*\]", lambda m: " " * len(m.group()), line)  # keep offsets
+    words = [w for w in _UPPER_SNAKE.finditer(bare) if w.group(1) not in _NOT_REASONS]
+    return words[-1] if words else None
+
+
 def _fail_line(line: str) -> dict[str, str | None]:
-    found = re.search(r"reason\s*[:=]\s*([A-Z][A-Z0-9_]*)", line) or _REASON.search(line)
+    found = _reason_match(line)
     reason = found.group(1) if found else None
     keyed = re.search(r"\b(?:funcName|op_?name|op_?type|op|name)\s*[:=]\s*([^\s,;}\]]+)", line, re.I)
     op = keyed.group(1) if keyed else None
     if op is None and found is not None:
         words = re.findall(r"[\w./-]+", line[: found.start()])
-        words = [w for w in words if w.lower() not in {"reason", "node", "op"} and not w.isdigit()]
+        words = [w for w in words if w.lower() not in {"reason", "node", "op", "status", "scope", "scopeid"} and not w.isdigit()]
         op = words[-1] if words else None
     return {"op": op, "reason": reason, "raw": line}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from sktune.measure.ascend_files import ProfileFiles
+from sktune.measure.ascend_files import ProfileError, ProfileFiles
 from sktune.measure.ascend_parsers import (
     parse_superkernel_name,
     read_fusion_fail_reasons,
@@ -68,6 +68,8 @@ class ProfileSummary:
     duplicates_dropped: int
     untimed_rows: int
     fusion_fail_reasons: tuple[dict[str, str | None], ...] = field(default=())
+    step_ids: bool = True  # False: no Step Id column (a run without profiler steps), all one step 0
+    unstepped_rows: int = 0  # rows whose Step Id is blank: outside every step, in no step's figures
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON types: lists of dicts for the record tuples."""
@@ -89,8 +91,10 @@ def summarize(files: ProfileFiles, top: int = 15) -> ProfileSummary:
     """Per step: span (first kernel start to last kernel end), busy (union of kernel
     intervals), gap (``Free`` from step_trace_time.csv for that step when present, else span
     − busy) and kernel count; plus time by core, top kernels and SuperKernels. Markers and
-    exact duplicate rows are excluded everywhere and counted."""
+    exact duplicate rows are excluded everywhere and counted. Without a Step Id column the
+    whole profile is step 0; rows with a blank Step Id count in no step."""
     df = read_kernel_details(files.kernel_details)
+    step_ids = bool(df.attrs.get("step_ids"))
     duplicates = int(df["is_duplicate"].sum())
     df = df[~df["is_duplicate"]]
     markers = int(df["is_marker"].sum())
@@ -119,7 +123,25 @@ def summarize(files: ProfileFiles, top: int = 15) -> ProfileSummary:
         top_kernels=tuple(KernelTotal(str(r.name), str(r.type), round(float(r.sum), 3), int(r.size))
                           for r in kernels.itertuples()),
         superkernels=_superkernels(work[work["is_superkernel"]]), markers_filtered=markers,
-        duplicates_dropped=duplicates, untimed_rows=len(work) - len(timed), fusion_fail_reasons=tuple(fail))
+        duplicates_dropped=duplicates, untimed_rows=len(work) - len(timed), fusion_fail_reasons=tuple(fail),
+        step_ids=step_ids, unstepped_rows=int(work["step"].isna().sum()))
+
+
+def step_spans(summary: dict[str, Any], expected: int) -> list[float]:
+    """Device span (µs) of each profiler step of a ``ProfileSummary.to_json()``, in step order.
+
+    Kernels can be told apart by step only through ``Step Id``; without it
+    step_trace_time.csv has no steps either (torch-npu fills both from the same step
+    ranges), so there is nothing to fall back on and the fix is in how the run was profiled."""
+    if not summary.get("step_ids", True):
+        raise ProfileError(
+            f"{summary['source']} has no Step Id column: the run was profiled without profiler steps, so its "
+            "kernels cannot be assigned to steps. Profile with schedule=torch_npu.profiler.schedule(...), "
+            "ProfilerActivity.CPU among the activities and one prof.step() after each step")
+    spans = [s["span_us"] for s in sorted(summary["steps"], key=lambda s: s["step"])]
+    if len(spans) != expected:
+        raise ProfileError(f"the NPU profile {summary['source']} has {len(spans)} steps, expected {expected}")
+    return spans
 
 
 def _free_by_step(step_trace: Path | None) -> dict[int, float]:

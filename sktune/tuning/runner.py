@@ -23,6 +23,7 @@ from sktune.graph.grouping import group_ops, regions
 from sktune.graph.opgraph import OpGraph
 from sktune.load import build, draw_inputs, load_model_file, shape_weights
 from sktune.measure.op_profile import profile_ops
+from sktune.measure.sk_names import fused_scopes
 from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.space.plan import Plan, Scope
 from sktune.tuning.probe import across_shapes, probe_exactness
@@ -315,13 +316,15 @@ class TrialRunner:
 
 def planned_vs_actual(plan: Plan, superkernels: list[dict[str, Any]]) -> dict[str, Any]:
     """Which named scopes really became SuperKernels (a scope is a request, not a guarantee).
-    A plan without scopes leaves the choice to the compiler: what it fused is ``automatic``."""
+    A plan without scopes leaves the choice to the compiler: what it fused is ``automatic``,
+    as is a SuperKernel of scope ``none`` (no named scope; docs/npu_api.md, "Profiler")."""
     planned = sorted({s.name for s in plan.scopes if s.name is not None})
-    fused = sorted({k["scope"] for k in superkernels if k.get("scope")})
+    fused, automatic = fused_scopes(superkernels, planned)  # SuperKernel names read with the plan's scopes
     if not plan.scopes:
-        return {"planned": [], "fused": [], "not_fused": [], "unexpected": [], "automatic": fused}
-    return {"planned": planned, "fused": [n for n in planned if n in fused],
-            "not_fused": [n for n in planned if n not in fused], "unexpected": [n for n in fused if n not in planned]}
+        return {"planned": [], "fused": [], "not_fused": [], "unexpected": [], "automatic": sorted(fused + automatic)}
+    out = {"planned": planned, "fused": [n for n in planned if n in fused],
+           "not_fused": [n for n in planned if n not in fused], "unexpected": [n for n in fused if n not in planned]}
+    return {**out, "automatic": automatic} if automatic else out
 
 
 def _check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path) -> None:

@@ -265,3 +265,13 @@ def test_planned_vs_actual_fusion() -> None:
     rows = [{"scope": "layer_0", "name": "sk_layer_0_start_RmsNorm_end_MatMulV2_0"}, {"scope": None}]
     assert planned_vs_actual(plan, rows) == {"planned": ["layer_0", "layer_1"], "fused": ["layer_0"],
                                              "not_fused": ["layer_1"], "unexpected": []}
+    # the real form (index first): the plan's names settle a split the name alone leaves open
+    real = [{"scope": "a_start_x", "name": "sk_0_a_start_x_start_static_kernel_Mul_1f_end_static_kernel_Add_2"},
+            {"scope": "layer_1", "name": "sk_1_layer_1_start_static_kernel_Mul_1f_end_clear_ops"}]
+    ambiguous = Plan.make([Scope(0, 3, "a"), Scope(4, 7, "layer_1")])
+    assert planned_vs_actual(ambiguous, real) == {"planned": ["a", "layer_1"], "fused": ["a", "layer_1"],
+                                                  "not_fused": [], "unexpected": []}
+    auto = [{"scope": "none", "name": "sk_0_none_start_static_kernel_Mul_1f_end_clear_ops"}]
+    assert planned_vs_actual(Plan.make([]), auto)["automatic"] == ["none"]
+    only_never = planned_vs_actual(Plan.make([Scope(2, 3, None)]), auto)
+    assert only_never["unexpected"] == [] and only_never["automatic"] == ["none"]  # `none`: no named scope

@@ -48,6 +48,13 @@ def test_human_summary_on_fixture() -> None:
         assert text in out
 
 
+def test_human_summary_says_when_the_profile_has_no_steps() -> None:
+    result = sktune(str(RUN))  # no Step Id column: a run without profiler steps
+    assert result.returncode == 0, result.stderr
+    assert "No Step Id column" in result.stdout and "DEFAULT_NODE ×1" in result.stdout
+    assert "Not in sktune's list" not in result.stdout
+
+
 @pytest.mark.parametrize("kind", ["missing", "not_a_profile"])
 def test_bad_path_is_one_message(tmp_path: Path, kind: str) -> None:
     target = tmp_path / "nope"

@@ -15,15 +15,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sktune.errors import SktuneError
-from sktune.measure.ascend_files import ProfileFiles, find_profile_files
+from sktune.measure.ascend_files import ProfileError, ProfileFiles, find_profile_files
 from sktune.measure.ascend_parsers import (
+    KNOWN_FAIL_REASONS,
     SuperKernelName,
+    is_known_fail_reason,
     parse_superkernel_name,
     read_fusion_fail_reasons,
     read_kernel_details,
     read_step_trace,
 )
-from sktune.measure.ascend_summary import _union_ns, summarize
+from sktune.measure.ascend_summary import _union_ns, step_spans, summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_profiles"
 RUN = FIXTURES / "localhost_41234_20250109120000123_ascend_pt"
@@ -159,6 +161,53 @@ def test_summary_three_steps_block_dim() -> None:
     assert summary.top_kernels[2].name == "aclnnAdd_AddAiCore_Add" and summary.top_kernels[2].count == 3
 
 
+# kernel_details.csv at Level0 in torch-npu 2.14.0 (docs/npu_api.md, "Profiler"): Step Id only with
+# profiler steps, the base columns, then the optional ones in their fixed order where present.
+LEVEL0_BASE = "Device_id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Num"
+LEVEL0_OPTIONAL = ("Mix Block Num,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,"
+                   "Output Formats")
+
+
+def _level0(path: Path, steps: bool, rows: list[str]) -> Path:
+    header = ("Step Id," if steps else "") + LEVEL0_BASE + "," + LEVEL0_OPTIONAL
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def test_level0_file_with_real_superkernel_names(tmp_path: Path) -> None:
+    sk = f"sk_0_decoder.layer.0.mlp_start_{GMM}_end_clear_ops"
+    path = _level0(tmp_path / "kernel_details.csv", True, [
+        '2,0,aclnnAdd_AddAiCore_Add,Add,AI_VECTOR_CORE,"1736413971000000.000\t",2,0,40,0,"""8,8""",DT_FLOAT,ND,'
+        '"""8,8""",DT_FLOAT,ND',
+        f'2,0,{sk},SuperKernel,MIX_AIC,"1736413971000007.000\t",10,5,20,40,N/A,N/A,N/A,N/A,N/A,N/A',
+        f'3,0,{sk},SuperKernel,MIX_AIC,"1736413971000100.000\t",11,5,20,40,N/A,N/A,N/A,N/A,N/A,N/A',
+        ',0,aclnnCast_CastAiCore_Cast,Cast,AI_VECTOR_CORE,"1736413971000200.000\t",1,0,40,0,N/A,N/A,N/A,N/A,N/A,N/A',
+    ])
+    df = read_kernel_details(path)
+    assert list(df["block_num"]) == [40, 20, 20, 40] and list(df["mix_block_num"]) == [0, 40, 40, 0]
+    assert df["task_id"].isna().all()  # Level0 has no Task ID / Stream ID
+    summary = summarize(ProfileFiles(kernel_details=path))
+    assert [(s.step, s.kernels, s.span_us) for s in summary.steps] == [(2, 2, 17.0), (3, 1, 11.0)]
+    assert summary.step_ids and summary.unstepped_rows == 1  # a blank Step Id: outside every step
+    assert [(k.scope, k.first_op, k.last_op, k.index, k.count) for k in summary.superkernels] == [
+        ("decoder.layer.0.mlp", GMM, "clear_ops", 0, 2)]
+    assert step_spans(summary.to_json(), 2) == [17.0, 11.0]
+
+
+def test_profile_without_step_id_is_one_step_and_cannot_time_steps(tmp_path: Path) -> None:
+    path = _level0(tmp_path / "kernel_details.csv", False, [
+        '0,aclnnAdd_AddAiCore_Add,Add,AI_VECTOR_CORE,"1736413971000000.000\t",2,0,40,0,N/A,N/A,N/A,N/A,N/A,N/A',
+        '0,aclnnAdd_AddAiCore_Add,Add,AI_VECTOR_CORE,"1736413971000060.000\t",2,0,40,0,N/A,N/A,N/A,N/A,N/A,N/A',
+    ])
+    summary = summarize(ProfileFiles(kernel_details=path))
+    assert not summary.step_ids and [(s.step, s.kernels, s.span_us) for s in summary.steps] == [(0, 2, 62.0)]
+    with pytest.raises(ProfileError, match=r"no Step Id column.*prof\.step\(\)"):
+        step_spans(summary.to_json(), 2)
+    stepped = summarize(find_profile_files(STEPS_CSV)).to_json()
+    with pytest.raises(ProfileError, match="has 3 steps, expected 4"):
+        step_spans(stepped, 4)
+
+
 def test_to_json_is_plain_json() -> None:
     data = json.loads(json.dumps(summarize(find_profile_files(RUN)).to_json()))
     assert {"steps", "by_core", "top_kernels", "superkernels", "markers_filtered", "gap_source"} <= set(data)
@@ -167,9 +216,26 @@ def test_to_json_is_plain_json() -> None:
     assert data["fusion_fail_reasons"][1]["reason"] == "OP_UNSUPPORT"  # sk_meta/ next to the run
 
 
+GMM = "static_kernel_GroupedMatmul_8c1f03ab"
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
+        # the real form: index first, kernel function names, scope ``none`` where none was named
+        (f"sk_0_none_start_{GMM}_end_clear_ops", SuperKernelName("none", GMM, "clear_ops", 0)),
+        (f"sk_1_decoder.layer.0.mlp_start_{GMM}_end_static_kernel_Add_5e0a91c2",
+         SuperKernelName("decoder.layer.0.mlp", GMM, "static_kernel_Add_5e0a91c2", 1)),
+        ("sk_12_layer_3_start_static_kernel_Mul_0a_end_static_kernel_Add_77",
+         SuperKernelName("layer_3", "static_kernel_Mul_0a", "static_kernel_Add_77", 12)),
+        ("sk_3_0_start_a_end_b", SuperKernelName("0", "a", "b", 3)),  # a scope of digits only
+        ("sk_2_sk0_start_static_kernel_Cast_1_end_static_kernel_Cast_1",
+         SuperKernelName("sk0", "static_kernel_Cast_1", "static_kernel_Cast_1", 2)),  # sktune's own names
+        ("sk_0_fuse-all_start_f_end_g", SuperKernelName("fuse-all", "f", "g", 0)),
+        # both forms fit: the real (index-first) reading wins without hints
+        ("sk_0_layer_start_A_end_B_1", SuperKernelName("layer", "A", "B_1", 0)),
+        # the older documented form: index last, op types
+        ("sk_0_start_Add_end_Cast_3", SuperKernelName("0", "Add", "Cast", 3)),
         ("sk_layer_0_start_RmsNorm_end_MatMulV2_0", SuperKernelName("layer_0", "RmsNorm", "MatMulV2", 0)),
         ("sk_decoder_layer_1_start_Add_end_Cast_12", SuperKernelName("decoder_layer_1", "Add", "Cast", 12)),
         ("sk_model.layers.3_start_Mul_end_Add_2", SuperKernelName("model.layers.3", "Mul", "Add", 2)),
@@ -185,6 +251,22 @@ def test_parse_superkernel_name(name: str, expected: SuperKernelName | None) -> 
     assert parse_superkernel_name(name) == expected
 
 
+@pytest.mark.parametrize(
+    ("name", "scopes", "expected"),
+    [
+        ("sk_0_layer_start_A_end_B_1", ["0_layer"], SuperKernelName("0_layer", "A", "B", 1)),
+        ("sk_0_layer_start_A_end_B_1", ["layer"], SuperKernelName("layer", "A", "B_1", 0)),
+        ("sk_4_a_start_b_start_f_end_g", ["a"], SuperKernelName("a", "b_start_f", "g", 4)),
+        ("sk_4_a_start_b_start_f_end_g", [], SuperKernelName("a_start_b", "f", "g", 4)),
+        ("sk_1_x_end_y_start_f_end_g", ["x_end_y"], SuperKernelName("x_end_y", "f", "g", 1)),
+        ("sk_1_s_start_f_end_g", ["other"], SuperKernelName("s", "f", "g", 1)),  # no hint fits: preferred reading
+    ],
+)
+def test_parse_superkernel_name_with_the_plans_scopes(name: str, scopes: list[str],
+                                                      expected: SuperKernelName) -> None:
+    assert parse_superkernel_name(name, scopes) == expected
+
+
 def test_read_fusion_fail_reasons() -> None:
     rows = read_fusion_fail_reasons(FAIL_LOG)
     assert [(r["op"], r["reason"]) for r in rows] == [
@@ -197,6 +279,35 @@ def test_read_fusion_fail_reasons() -> None:
         (None, None),
     ]
     assert rows[-1]["raw"].startswith("Scope 0")
+
+
+KNOWN_REASONS = ["DEFAULT_NODE", "TASK_GROUP_NOT_EMPTY", "OP_UNSUPPORT", "NOT_IN_SCOPE", "IN_UNFUSIBLE_SCOPE",
+                 "ISOLATED_EVENT", "EXIST_DEADLOCK", "EXTERNAL_DEPEND", "KERNEL_ATTR_GET_FAILED", "EXCEED_SCOPE_MAX",
+                 "EXCEED_CORE_MAX", "DYNAMIC_TASK_UNSUPPORT", "SIMT_OP_UNSUPPORT", "DEADLOCK_DETECTED",
+                 "SYNCALL_OP_DROP", "RESOURCE_INSUFFICIENT", "NO_TARGET_NODE", "UNRECOVERABLE_FAIL"]
+
+
+def test_fail_reasons_known_set_and_unknown_ones_verbatim(tmp_path: Path) -> None:
+    log = tmp_path / "sk_fusion_fail_reasons.log"
+    known = [f"Node [nodeId:{i}, streamId:1] - KernelInfos{{funcName:f{i}, kernelType:AIV_ONLY}}: reason: {r}"
+             for i, r in enumerate(KNOWN_REASONS)]
+    log.write_text("\n".join([
+        *known,
+        "Node [nodeId:40] - KernelInfos{funcName:w, kernelType:MIX_AIC}: reason: VALUE_WAIT_UNSUPPORT",
+        "Node [nodeId:41] - KernelInfos{funcName:g}: reason: OP_UNSUPPORT_V2, reasonDetail: OP_UNSUPPORT",
+        "Node [nodeId:42] - KernelInfos{funcName:h, kernelType:AIV_ONLY}: reason: BRAND_NEW",
+        "Scope 1 (scopeId=1): status RESOURCE_INSUFFICIENT",
+        "Sort SOME_FUTURE_REASON",
+        "Scope 0 (scopeId=0): 4 nodes, 1 streams, scopeNames=[layer_0]",
+    ]))
+    rows = read_fusion_fail_reasons(log)
+    assert [r["reason"] for r in rows[:len(known)]] == KNOWN_REASONS
+    assert all(is_known_fail_reason(r["reason"]) for r in rows[:len(known)])
+    assert [(r["op"], r["reason"]) for r in rows[len(known):]] == [
+        ("w", "VALUE_WAIT_UNSUPPORT"), ("g", "OP_UNSUPPORT_V2"), ("h", "BRAND_NEW"),
+        (None, "RESOURCE_INSUFFICIENT"), ("Sort", "SOME_FUTURE_REASON"), (None, None)]
+    assert is_known_fail_reason("VALUE_WAIT_UNSUPPORT") and set(KNOWN_REASONS) == KNOWN_FAIL_REASONS
+    assert not any(is_known_fail_reason(r) for r in ("OP_UNSUPPORT_V2", "BRAND_NEW", "SOME_FUTURE_REASON"))
 
 
 @given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=12))
