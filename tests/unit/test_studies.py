@@ -5,6 +5,9 @@ Each study file is a plain Python file (studies/ is not a package) exposing
 path, as the tuner does, and check it is deterministic, does not mutate its
 inputs, returns tensors, and captures with Dynamo as a single full graph that
 reproduces eager output bitwise.
+
+Studies written as Ascend serving code (``NPU_STUDIES``) import ``torch_npu``: they are
+loaded with the emulated Ascend (tests/npu_emulator) imported first, never skipped.
 """
 
 from __future__ import annotations
@@ -16,11 +19,16 @@ import pytest
 import torch
 
 STUDIES_DIR = Path(__file__).resolve().parents[2] / "studies"
+NPU_STUDIES = ["ascend_decoder", "ascend_moe"]
 STUDY_NAMES = ["norm_chain", "decoder_block", "decoder_block_bf16", "quant_block", "decoder_stack", "moe_block",
-               "shared_gate"]
+               "shared_gate", *NPU_STUDIES]
 
 
 def _load(name: str):
+    if name in NPU_STUDIES:
+        from tests.emulated_npu import load_emulator
+
+        load_emulator()  # the study's ``import torch_npu`` finds the emulated Ascend
     path = STUDIES_DIR / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"_test_studies_{name}", path)
     assert spec is not None and spec.loader is not None
@@ -149,3 +157,22 @@ def test_quant_block_int8_weights():
     assert bufs["down_weight"].dtype == torch.int8
     assert bufs["gate_up_scale"].dtype == torch.float32
     assert bufs["down_scale"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", NPU_STUDIES)
+def test_ascend_studies_capture_npu_ops(name: str) -> None:
+    """The fused ops reach the op list as ``npu.*`` ops, and tuple outputs keep their getitems."""
+    from sktune.graph.capture import capture
+
+    module = _load(name)
+    graph = capture(module.build_model(), module.example_inputs(0))
+    targets = {op.target for op in graph.ops}
+    expected = {"ascend_decoder": {"npu.npu_rms_norm", "npu.npu_add_rms_norm", "npu.npu_rotary_mul",
+                                   "npu.npu_incre_flash_attention", "npu.npu_swiglu"},
+                "ascend_moe": {"npu.npu_rms_norm", "npu.npu_add_rms_norm", "npu.npu_moe_gating_top_k_softmax",
+                               "npu.npu_grouped_matmul", "npu.npu_swiglu", "npu.npu_dynamic_quant",
+                               "npu.npu_quant_matmul"}}[name]
+    assert expected <= targets, expected - targets
+    for op in graph.ops:
+        if op.target in ("npu.npu_rms_norm", "npu.npu_add_rms_norm"):
+            assert op.index not in graph.boundaries, f"a cut separates {op.name} from its getitems"
