@@ -99,10 +99,11 @@ def _us_to_ns(text: str) -> int | None:
 
 def read_kernel_details(csv: str | Path) -> pd.DataFrame:
     """``kernel_details.csv`` → one row per kernel with columns ``step`` (0 when there is no
-    ``Step Id`` column, ``attrs["step_ids"]`` False; <NA> where a Step Id is blank), ``name``, ``type``, ``core``, ``start_us``, ``start_ns`` (exact), ``duration_us``,
-    ``wait_us``, ``block_num`` (``Block Num`` or ``Block Dim``), ``mix_block_num``, ``device_id``,
-    ``task_id``, ``stream_id`` (nullable), and flags ``is_marker``, ``is_superkernel``,
-    ``is_duplicate`` (an exact repeat of an earlier row). ``N/A`` numbers become NaN/<NA>."""
+    ``Step Id`` column, ``attrs["step_ids"]`` False; <NA> where a Step Id is blank), ``name``,
+    ``type``, ``core``, ``start_us``, ``start_ns`` (exact), ``duration_us``, ``wait_us``,
+    ``block_num`` (``Block Num`` or ``Block Dim``), ``mix_block_num``, ``device_id``, ``task_id``,
+    ``stream_id`` (nullable; Level0 has no Task ID or Stream ID), and flags ``is_marker``,
+    ``is_superkernel``, ``is_duplicate`` (an exact repeat of an earlier row). ``N/A`` numbers become NaN/<NA>."""
     raw = _read_raw(csv, "kernel_details.csv", _KERNEL_COLUMNS, ("name", "type", "core", "start", "duration_us"))
     df = pd.DataFrame(index=raw.index)
     # No Step Id: a run without profiler steps, one step 0. A blank Step Id: a kernel outside every step.
@@ -179,6 +180,7 @@ def _fail_line(line: str) -> dict[str, str | None]:
     op = keyed.group(1) if keyed else None
     if op is None and found is not None:
         words = re.findall(r"[\w./-]+", line[: found.start()])
-        words = [w for w in words if w.lower() not in {"reason", "node", "op", "status", "scope", "scopeid"} and not w.isdigit()]
+        skip = {"reason", "node", "op", "status", "scope", "scopeid"}
+        words = [w for w in words if w.lower() not in skip and not w.isdigit()]
         op = words[-1] if words else None
     return {"op": op, "reason": reason, "raw": line}

@@ -9,15 +9,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from sktune.measure.ascend_files import find_profile_files
+from sktune.measure.ascend_files import ProfileError, find_profile_files
 from sktune.measure.ascend_parsers import parse_superkernel_name
-from sktune.measure.ascend_summary import summarize
+from sktune.measure.ascend_summary import step_spans, summarize
+from sktune.space.plan import Plan, Scope
+from sktune.tuning.runner import planned_vs_actual
 from tests.emulated_npu import EMULATOR_PATH, load_emulator
 
 Scopes = list[tuple[int, int, str | None]]  # (first op, last op, name), 1-based like the seed's figures
@@ -167,16 +170,20 @@ def test_end_closes_first_open_begin_of_its_name(npu: Any) -> None:
     ([(1, 4, "sk1"), (3, 7, "sk2")], [("sk1", [0, 1]), ("sk2", [2, 3]), ("sk2", [4, 5, 6])]),  # case 1
     ([(1, 8, "sk1"), (3, 5, "sk2")], [("sk1", [0, 1]), ("sk2", [2, 3, 4]), ("sk1", [5, 6, 7])]),  # case 2
     ([(1, 8, "sk1"), (3, 5, None)], [("sk1", [0, 1]), ("sk1", [5, 6, 7])]),  # case 3
-    ([(3, 5, None)], [("auto", [0, 1]), ("auto", [5, 6, 7, 8])]),  # case 4
-    ([], [("auto", list(range(9)))]),  # no marks: one candidate group
+    ([(3, 5, None)], [("none", [0, 1]), ("none", [5, 6, 7, 8])]),  # case 4: `none`, as real profiles say
+    ([], [("none", list(range(9)))]),  # no marks: one candidate group
 ], ids=["partial-overlap", "nested", "none-wins", "only-none", "no-marks"])
 def test_seed_grouping_cases(npu: Any, scopes: Scopes, expected: list[tuple[str, list[int]]]) -> None:
     compiled = compile_npu(chain(scopes), X, **sk(SAFE))
     assert compiled.superkernels == expected
     names = [t.name for t in compiled.plan.tasks if t.op_type == "SuperKernel"]
-    parsed = [parse_superkernel_name(n) for n in names]
-    assert [(p.scope, p.index) for p in parsed] == [
-        (s, [e[0] for e in expected[:i]].count(s)) for i, (s, _) in enumerate(expected)]
+    assert all(n.startswith(f"sk_{i}_{s}_start_static_kernel_") for i, (n, (s, _)) in enumerate(zip(names, expected)))
+    parsed = [parse_superkernel_name(n) for n in names]  # index first, kernel function names
+    assert [(p.scope, p.index) for p in parsed] == [(s, i) for i, (s, _) in enumerate(expected)]
+    kernels = {k.index: k for k in compiled.kernels}
+    assert [(p.first_op, p.last_op) for p in parsed] == [
+        (npu._grouping.function_name(kernels[ks[0]]), npu._grouping.function_name(kernels[ks[-1]]))
+        for _, ks in expected]
 
 
 def test_fused_outputs_are_bitwise_equal_to_the_reference(npu: Any) -> None:
@@ -225,7 +232,7 @@ def test_aicpu_op_splits_unless_task_breaker_bypass(npu: Any) -> None:
     split = compile_npu(with_sort, X, **sk(SAFE))
     assert split.kernels[1].core == "AI_CPU"
     assert split.superkernels == [("s", [0]), ("s", [2])]
-    assert any("opType:Sort" in line and "OP_UNSUPPORT" in line for line in split.plan.fail_lines)
+    assert any("opType:Sort" in line and "reason: DEFAULT_NODE" in line for line in split.plan.fail_lines)
     bypass = compile_npu(with_sort, X, **sk({**SAFE, "aggressive_opt_strategies": {"task_breaker_bypass": 1}}))
     assert bypass.superkernels == [("s", [0, 2])]
     assert [t.op_type for t in bypass.plan.tasks] == ["SuperKernel", "Sort"]
@@ -304,7 +311,7 @@ def test_value_breaker_bypass_really_hangs_and_traces(npu: Any, tmp_path: Path) 
         out, _ = proc.communicate()
     assert b"FORWARD" in out and b"RETURNED" not in out
     trace = next(plog_dir.glob("plog-*.log")).read_text()
-    assert "sk_comm_start_Mul_end_Add_0" in trace and "stuck in op 1:ValueWait" in trace
+    assert "sk_0_comm_start_static_kernel_Mul_" in trace and "stuck in op 1:ValueWait" in trace
 
 
 # ------------------------------------------------------------------ options
@@ -364,12 +371,14 @@ def test_static_kernel_cache_reuses_stale_options(npu: Any, tmp_path: Path) -> N
 
 
 # ------------------------------------------------------------------ profiler files
-def profile_runs(npu: Any, fn: Callable[[], Any], out: Path, active: int = 3) -> Any:
+def profile_runs(npu: Any, fn: Callable[[], Any], out: Path, active: int = 3, level: str = "Level0",
+                 steps: bool = True) -> Any:
+    """``steps`` False: no schedule, so no profiler steps (and no Step Id)."""
     prof = npu.profiler
-    with prof.profile(activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU],
-                      schedule=prof.schedule(wait=0, warmup=2, active=active, repeat=1, skip_first=0),
+    schedule = prof.schedule(wait=0, warmup=2, active=active, repeat=1, skip_first=0) if steps else None
+    with prof.profile(activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU], schedule=schedule,
                       on_trace_ready=prof.tensorboard_trace_handler(str(out)),
-                      experimental_config=prof._ExperimentalConfig(profiler_level=prof.ProfilerLevel.Level0,
+                      experimental_config=prof._ExperimentalConfig(profiler_level=level,
                                                                    data_simplification=True)) as p:
         for _ in range(2 + active):
             fn()
@@ -386,15 +395,46 @@ def test_profiles_parse_and_fusion_shortens_the_step(npu: Any, tmp_path: Path) -
     cand = profile_runs(npu, lambda: fused(*fused.flat_args), tmp_path / "sk")
     assert [s.step for s in base.steps] == [2, 3, 4] == [s.step for s in cand.steps]
     assert all(s.kernels == 9 for s in base.steps) and all(s.kernels == 1 for s in cand.steps)
-    assert [(k.scope, k.first_op, k.last_op, k.index, k.count) for k in cand.superkernels] == [
-        ("all", "Mul", "Mul", 0, 3)]
+    (row,) = cand.superkernels  # index first, the static kernels' function names
+    assert (row.scope, row.index, row.count) == ("all", 0, 3)
+    assert row.name.startswith("sk_0_all_start_static_kernel_Mul_")
+    assert row.first_op.startswith("static_kernel_Mul_") and row.last_op.startswith("static_kernel_Mul_")
+    assert planned_vs_actual(Plan.make([Scope(0, 8, "all")]), [asdict(row)])["fused"] == ["all"]
     assert max(s.span_us for s in cand.steps) < min(s.span_us for s in base.steps)
     assert base.gap_source == "step_trace" and base.steps[0].gap_us == pytest.approx(8 * 5.0)
     lines = next((tmp_path / "ref").rglob("kernel_details.csv")).read_text().splitlines()
-    assert lines[0].startswith("Step Id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,")
+    assert lines[0] == LEVEL0_HEADER
     first = lines[1].split(",")
-    assert first[4:6] == ["aclnnMul_MulAiCore_Mul", "Mul"] and first[8] == '"1736413971000000.000\t"'
+    assert first[:5] == ["2", "0", "aclnnMul_MulAiCore_Mul", "Mul", "AI_VECTOR_CORE"]
+    assert first[5] == '"1736413971000000.000\t"'
     assert '"""16,32"""' in lines[1] and "DT_FLOAT" in lines[1]
+
+
+# torch-npu 2.14.0's Level0 kernel_details.csv (docs/npu_api.md, "Profiler"), Step Id with profiler steps
+LEVEL0_HEADER = ("Step Id,Device_id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Num,"
+                 "Mix Block Num,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,"
+                 "Output Formats")
+
+
+def test_profile_without_steps_has_no_step_id(npu: Any, tmp_path: Path) -> None:
+    fused = compile_npu(chain([(1, 9, "all")]), X, **sk(SAFE))
+    summary = profile_runs(npu, lambda: fused(*fused.flat_args), tmp_path, steps=False)
+    out = next(tmp_path.rglob("ASCEND_PROFILER_OUTPUT"))
+    assert (out / "kernel_details.csv").read_text().splitlines()[0] == LEVEL0_HEADER.removeprefix("Step Id,")
+    assert (out / "step_trace_time.csv").read_text().splitlines()[1].startswith("0,,")  # Step empty
+    assert not summary.step_ids and [s.step for s in summary.steps] == [0] and summary.steps[0].kernels == 5
+    with pytest.raises(ProfileError, match="no Step Id column"):
+        step_spans(summary.to_json(), 5)
+
+
+def test_level1_keeps_op_summary_columns(npu: Any, tmp_path: Path) -> None:
+    ref = compile_npu(chain([]), X, super_kernel_optimize=False)
+    summary = profile_runs(npu, lambda: ref(*ref.flat_args), tmp_path, active=1, level="Level1")
+    header = next(tmp_path.rglob("kernel_details.csv")).read_text().splitlines()[0]
+    assert header.startswith("Step Id,Device_id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,")
+    assert header.endswith(",HF32 Eligible,Input Shapes,Input Data Types,Input Formats,Output Shapes,"
+                           "Output Data Types,Output Formats,Context ID")
+    assert summary.steps[0].kernels == 9
 
 
 def test_marker_kernels_show_in_unfused_runs(npu: Any, tmp_path: Path) -> None:
@@ -413,4 +453,5 @@ def test_torch_compile_path_with_options_kwarg(npu: Any, tmp_path: Path) -> None
     torch._dynamo.reset()
     assert torch.equal(out, chain([])(X[0]))
     fused = (tmp_path / "sk_meta" / "sk_fused_nodes.log").read_text()
-    assert fused.startswith("sk_mid_start_Add_end_Mul_0: scope:mid, nodes:[1:Add, 2:Mul, 3:Add, 4:Mul]")
+    assert fused.startswith("sk_0_mid_start_static_kernel_Add_") and fused.index("_end_static_kernel_Mul_") > 0
+    assert ": scope:mid, nodes:[1:Add, 2:Mul, 3:Add, 4:Mul]" in fused

@@ -4,8 +4,9 @@
 Pairing follows npugraph_ex's ``_valid_graph``: each end closes the FIRST open begin of
 the same name. Grouping: an op's mark set is the names open around it; a None mark wins
 (never fused); when any named scope exists, unmarked ops are not fused; with only None
-marks or no marks, unmarked ops form one group (label ``auto``). A group becomes one
-SuperKernel per contiguous run of its kernels; unfusible ops end the run.
+marks or no marks, unmarked ops form one group (label ``none``, as real profiles name a
+SuperKernel no named scope asked for). A group becomes one SuperKernel per contiguous run
+of its kernels; unfusible ops end the run.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch_npu._options import SkOptions, any_match
 RESERVED = "default_sk_scope_name"
 MAX_NAME_BYTES = 255
 MAX_SCOPES = 64
-AUTO_SCOPE = "auto"
+AUTO_SCOPE = "none"  # the scope part of a SuperKernel no named scope asked for
 SK_ENTRY_NS, EARLY_START_NS, FLUSH_NS, SYNC_ALL_NS, TRACE_NS = 4_000, 1_000, 400, 1_000, 200
 BEGIN, END = "npu.super_kernel_scope_begin.default", "npu.super_kernel_scope_end.default"
 
@@ -85,6 +86,12 @@ def pair_markers(events: list[Marker | Kernel]) -> list[ScopeRange]:
     return sorted(ranges, key=lambda r: r.begin)
 
 
+def function_name(k: Kernel) -> str:
+    """The static kernel's function name, ``static_kernel_<OpType>_<hash>``: the hash of the
+    ``te_<OpType>_<hash>`` symbol that dcci patterns match, so both name one kernel."""
+    return "static_kernel_" + k.symbol.removeprefix("te_")
+
+
 @dataclass
 class SuperKernel:
     scope: str
@@ -95,7 +102,9 @@ class SuperKernel:
 
     @property
     def name(self) -> str:
-        return f"sk_{self.scope}_start_{self.kernels[0].op_type}_end_{self.kernels[-1].op_type}_{self.index}"
+        """Index first, then first and last kernel's function name (docs/npu_api.md, "Profiler")."""
+        first, last = function_name(self.kernels[0]), function_name(self.kernels[-1])
+        return f"sk_{self.index}_{self.scope}_start_{first}_end_{last}"
 
     @property
     def core(self) -> str:
@@ -188,7 +197,6 @@ def superkernel_plan(events: list[Marker | Kernel], ranges: list[ScopeRange], op
     fails: list[str] = []
     sks: list[SuperKernel] = []
     current: tuple[SuperKernel, frozenset] | None = None
-    per_scope: dict[str, int] = {}
     for ev in events:
         if not isinstance(ev, Kernel) or labels[ev.index] is None:
             if isinstance(ev, Kernel):
@@ -202,7 +210,7 @@ def superkernel_plan(events: list[Marker | Kernel], ranges: list[ScopeRange], op
         if ev.kind == AICPU:
             if not task_bypass:
                 current = None
-                fails.append(_fail(ev, ev.index, label, "OP_UNSUPPORT",
+                fails.append(_fail(ev, ev.index, label, "DEFAULT_NODE",
                                    "AI_CPU task breaks the SuperKernel (task_breaker_bypass=0)"))
             continue  # dropped from the scope: runs as its own task
         if ev.kind == WAIT and not value_bypass:
@@ -210,9 +218,7 @@ def superkernel_plan(events: list[Marker | Kernel], ranges: list[ScopeRange], op
             fails.append(_fail(ev, ev.index, label, "OP_UNSUPPORT", "ValueWait task (value_breaker_bypass=0)"))
             continue
         if current is None or current[1] != key:
-            index = per_scope.get(label, 0)
-            per_scope[label] = index + 1
-            current = (SuperKernel(label, index), key)
+            current = (SuperKernel(label, len(sks)), key)  # n counts every SuperKernel of the graph
             sks.append(current[0])
         current[0].kernels.append(ev)
     for sk in sks:

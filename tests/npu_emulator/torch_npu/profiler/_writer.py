@@ -1,8 +1,14 @@
 """Write a recorded trace as the Ascend profiler's parsed output, in the real files' formats.
 
-``kernel_details.csv`` follows ``/work/shared/data/npu_profiles/kernel_details_bf16_train.csv``
-(Level0: no AI-core metric columns): start times quoted with a trailing tab, shapes
-triple-quoted, ``N/A`` where the real file has it.
+``kernel_details.csv`` columns are torch-npu 2.14.0's (docs/npu_api.md, "Profiler"):
+``Step Id`` only when the run had profiler steps, then at Level0 the base columns
+``Device_id, Name, Type, Accelerator Core, Start Time(us), Duration(us), Wait Time(us), Block
+Num`` and the optional ``Mix Block Num`` and shape/dtype/format columns in that fixed order.
+Level1/2 keep every column of CANN's op_summary, renamed: the emulator writes the columns
+of the real sample file (tests/fixtures/npu_profiles/real) with Device_id first and no AI
+Core metric columns (it models no metrics). Values as the real files have them: start times
+quoted with a trailing tab, shapes triple-quoted, ``N/A`` where the real file has it. Every
+time is emulated.
 """
 
 from __future__ import annotations
@@ -14,11 +20,16 @@ from pathlib import Path
 
 from torch_npu._device import Row, Trace
 
-KERNEL_HEADER = ("Step Id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,Start Time(us),"
-                 "Duration(us),Wait Time(us),Block Dim,Mix Block Dim,HF32 Eligible,Input Shapes,"
-                 "Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats,Context ID")
+LEVEL0_COLUMNS = ("Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)",
+                  "Wait Time(us)", "Block Num", "Mix Block Num", "Input Shapes", "Input Data Types",
+                  "Input Formats", "Output Shapes", "Output Data Types", "Output Formats")
+LEVEL1_COLUMNS = ("Device_id", "Model ID", "Task ID", "Stream ID", "Name", "Type", "OP State", "Accelerator Core",
+                  "Start Time(us)", "Duration(us)", "Wait Time(us)", "Block Num", "Mix Block Num", "HF32 Eligible",
+                  "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes", "Output Data Types",
+                  "Output Formats", "Context ID")
 STEP_HEADER = ("Device_id,Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,"
                "Bubble,Communication(Not Overlapped and Exclude Receive),Preparing")
+DEVICE_ID = 0
 MODEL_ID = 4294967295
 STREAM_ID = 2
 
@@ -46,24 +57,38 @@ def _formats(dtypes: str | None) -> str:
     return ";".join("ND" for _ in dtypes.split(";")) if dtypes else ""
 
 
-def kernel_line(row: Row) -> str:
+def kernel_columns(level: str, steps: bool) -> tuple[str, ...]:
+    """The header of kernel_details.csv at ``level`` (Level0 and Level_none: the Level0 columns)."""
+    columns = LEVEL1_COLUMNS if level in ("Level1", "Level2") else LEVEL0_COLUMNS
+    return ("Step Id", *columns) if steps else columns
+
+
+def kernel_line(row: Row, columns: tuple[str, ...]) -> str:
     t = row.task
-    fields = [str(row.step), str(MODEL_ID), str(row.task_id), str(STREAM_ID), t.name, t.op_type, t.op_state,
-              t.core, _start(row.start_ns), _us(t.duration_ns), _us(row.wait_ns), str(t.block_dim),
-              str(t.mix_block_dim), "NO", _shapes(t.in_shapes), _na(t.in_dtypes), _formats(t.in_dtypes),
-              _shapes(t.out_shapes), _na(t.out_dtypes), _formats(t.out_dtypes), "N/A"]
-    return ",".join(fields)
+    values = {
+        "Step Id": str(row.step), "Device_id": str(DEVICE_ID), "Model ID": str(MODEL_ID), "Task ID": str(row.task_id),
+        "Stream ID": str(STREAM_ID), "Name": t.name, "Type": t.op_type, "OP State": t.op_state,
+        "Accelerator Core": t.core, "Start Time(us)": _start(row.start_ns), "Duration(us)": _us(t.duration_ns),
+        "Wait Time(us)": _us(row.wait_ns), "Block Num": str(t.block_dim), "Mix Block Num": str(t.mix_block_dim),
+        "HF32 Eligible": "NO", "Input Shapes": _shapes(t.in_shapes), "Input Data Types": _na(t.in_dtypes),
+        "Input Formats": _formats(t.in_dtypes), "Output Shapes": _shapes(t.out_shapes),
+        "Output Data Types": _na(t.out_dtypes), "Output Formats": _formats(t.out_dtypes), "Context ID": "N/A",
+    }
+    return ",".join(values[c] for c in columns)
 
 
-def step_lines(rows: list[Row]) -> list[str]:
-    """One row per step: Computing = busy time, Free = span - busy."""
+def step_lines(rows: list[Row], steps: bool) -> list[str]:
+    """One row per step: Computing = busy time, Free = span - busy. Without profiler steps one
+    row with an empty Step, as torch-npu writes it."""
     out = []
-    for step in sorted({r.step for r in rows}):
-        mine = [r for r in rows if r.step == step]
+    for step in sorted({r.step for r in rows}) if steps else [None]:
+        mine = [r for r in rows if r.step == step] if steps else rows
         start = min(r.start_ns for r in mine)
         end = max(r.start_ns + r.task.duration_ns for r in mine)
         busy = sum(r.task.duration_ns for r in mine)  # tasks never overlap on one stream
-        out.append(",".join(["0", str(step), _us(busy), "0", "0", "0", _us(end - start - busy), "0", "0", "0", "0"]))
+        label = "" if step is None else str(step)
+        out.append(",".join([str(DEVICE_ID), label, _us(busy), "0", "0", "0", _us(end - start - busy), "0", "0",
+                             "0", "0"]))
     return out
 
 
@@ -76,11 +101,15 @@ def _unique_dir(root: Path, worker: str) -> Path:
         stamp += timedelta(milliseconds=1)
 
 
-def write_profile(dir_name: str | os.PathLike[str], worker_name: str | None, trace: Trace) -> Path:
-    """``{dir}/{worker}_{pid}_{timestamp}_ascend_pt/ASCEND_PROFILER_OUTPUT/`` with both CSVs."""
+def write_profile(dir_name: str | os.PathLike[str], worker_name: str | None, trace: Trace,
+                  level: str = "Level0", steps: bool = True) -> Path:
+    """``{dir}/{worker}_{pid}_{timestamp}_ascend_pt/ASCEND_PROFILER_OUTPUT/`` with both CSVs.
+    ``steps``: whether the run had profiler steps (a schedule and CPU activity)."""
     run = _unique_dir(Path(dir_name), worker_name or socket.gethostname())
     out = run / "ASCEND_PROFILER_OUTPUT"
     out.mkdir(parents=True)
-    (out / "kernel_details.csv").write_text("\n".join([KERNEL_HEADER, *map(kernel_line, trace.rows)]) + "\n")
-    (out / "step_trace_time.csv").write_text("\n".join([STEP_HEADER, *step_lines(trace.rows)]) + "\n")
+    columns = kernel_columns(level, steps)
+    lines = [",".join(columns), *(kernel_line(r, columns) for r in trace.rows)]
+    (out / "kernel_details.csv").write_text("\n".join(lines) + "\n")
+    (out / "step_trace_time.csv").write_text("\n".join([STEP_HEADER, *step_lines(trace.rows, steps)]) + "\n")
     return run

@@ -42,7 +42,7 @@ class ExportType:
 
 
 class _ExperimentalConfig:
-    """Stored, not acted on: the emulator always writes the Level0 columns."""
+    """Stored; ``profiler_level`` picks kernel_details.csv's columns (Level0, or Level1/2's longer set)."""
 
     def __init__(self, profiler_level: str = ProfilerLevel.Level0, aic_metrics: str = AiCMetrics.AiCoreNone,
                  data_simplification: bool = True, **kwargs: Any) -> None:
@@ -94,7 +94,8 @@ def tensorboard_trace_handler(dir_name: str | os.PathLike[str], worker_name: str
     """Write each finished cycle under ``dir_name`` (parsed right away, like analyse_flag=True)."""
 
     def handler(prof: profile) -> None:
-        prof.output_dirs.append(write_profile(dir_name, worker_name, prof.trace))
+        level = prof.experimental_config.profiler_level
+        prof.output_dirs.append(write_profile(dir_name, worker_name, prof.trace, level, prof.step_ids))
 
     return handler
 
@@ -115,6 +116,7 @@ class profile:  # noqa: N801  (torch_npu's name)
                  **_: Any) -> None:
         self.activities = list(activities or [ProfilerActivity.CPU, ProfilerActivity.NPU])
         self.schedule = schedule or _always_record
+        self.record_steps = schedule is not None  # as torch-npu: ProfilerStep#n marks only with a schedule
         self.on_trace_ready = on_trace_ready
         self.experimental_config = experimental_config or _ExperimentalConfig()
         self.step_num = 0
@@ -122,6 +124,12 @@ class profile:  # noqa: N801  (torch_npu's name)
         self.trace = _device.Trace()
         self.output_dirs: list[Path] = []
         self._started = False
+
+    @property
+    def step_ids(self) -> bool:
+        """Whether kernel_details.csv gets a Step Id: torch-npu finds step ranges only from the
+        ProfilerStep marks of the CPU trace."""
+        return self.record_steps and ProfilerActivity.CPU in self.activities
 
     def __enter__(self) -> profile:
         self.start()
