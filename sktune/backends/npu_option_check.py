@@ -213,11 +213,14 @@ def validate_compile_options(options: Mapping[str, Any], *, key_set: KeySet = FU
     string ``'0'``, and ``as_dict`` tests ``if self.super_kernel_optimize.value:``, so 0
     would switch SuperKernel *on*.
     """
+    known = key_set.top_level_keys
     for key, value in options.items():
-        if key not in NPUGRAPH_EX_KEYS:
-            close = difflib.get_close_matches(str(key), sorted(NPUGRAPH_EX_KEYS), n=1)
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            _fail(f"unknown npugraph_ex option {key!r}{hint} (CompilerConfig raises ValueError 'Invalid option')")
+            where = "" if key not in NPUGRAPH_EX_KEYS else f" in torch-npu {key_set.version or 'of the old key set'}"
+            _fail(f"unknown npugraph_ex option {key!r}{where}{hint} (npugraph_ex raises ValueError "
+                  "'Invalid option')")
         spec = SPECS.get(("npugraph_ex", key))
         if spec is None:
             continue

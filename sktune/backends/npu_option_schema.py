@@ -141,6 +141,12 @@ NPUGRAPH_EX_KEYS = frozenset({
     "super_kernel_optimize", OPTIMIZE, DEBUG, "deadlock_check", "capture_error_mode", "mode",
     "force_recapture", "unsafe_skip_npugraph_capture_validation", "record_statistics_debug_info",
 })
+#: The old key set's npugraph_ex options (2.10.0.post2 ``_NpuGraphExConfig.ALLOWED_OPTIONS``):
+#: no static-kernel cache switch there (docs/npu_api.md, "Static kernels").
+LEGACY_NPUGRAPH_EX_KEYS = NPUGRAPH_EX_KEYS - {
+    "disable_static_kernel_compile_cache", "capture_error_mode", "mode", "force_recapture",
+    "unsafe_skip_npugraph_capture_validation", "record_statistics_debug_info",
+}
 #: Old-key-set keys and where the full key set moved them.
 MOVED_KEYS = {"debug_dcci_disable_on_kernel": f"{OPTIMIZE}['dcci_disable_on_kernel']"}
 
@@ -156,6 +162,11 @@ class KeySet:
 
     def keys(self, section: str) -> frozenset[str]:
         return self.optimize_keys if section == OPTIMIZE else self.debug_keys
+
+    @property
+    def top_level_keys(self) -> frozenset[str]:
+        """The npugraph_ex options this release accepts; any other raises "Invalid option"."""
+        return LEGACY_NPUGRAPH_EX_KEYS if self.name == "legacy" else NPUGRAPH_EX_KEYS
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -235,7 +246,7 @@ def check_torch_npu_version(version: str) -> KeySet:
 
 
 __all__ = [
-    "AGGRESSIVE", "DEBUG", "FULL_KEY_SET", "FULL_SET_MIN", "LEGACY_KEY_SET", "MOVED_KEYS", "NPUGRAPH_EX_KEYS",
+    "AGGRESSIVE", "DEBUG", "FULL_KEY_SET", "FULL_SET_MIN", "LEGACY_KEY_SET", "LEGACY_NPUGRAPH_EX_KEYS", "MOVED_KEYS", "NPUGRAPH_EX_KEYS",
     "OPTIMIZE", "SCHEMA", "SPECS", "TOP_LEVEL_SCHEMA", "KeySet", "KeySpec", "NpuOptionError", "NpuVersionError",
     "check_torch_npu_version",
 ]

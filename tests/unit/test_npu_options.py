@@ -363,3 +363,28 @@ def test_search_space_follows_the_key_set():
     assert {s.name for s in full} == {"early_start", "auto_op_parallel", "dcci_strategy",
                                       "aggressive_opt_strategies.task_breaker_bypass",
                                       "aggressive_opt_strategies.value_breaker_bypass"}
+
+
+@pytest.mark.parametrize("version, disk, keyed, read", [
+    ("2.14.0", True, True, True), ("2.13.0", True, True, True), ("2.10.0.post4", True, True, True),
+    ("2.15.0", True, True, False), ("2.11.0", True, False, False), ("2.12.0", True, False, False),
+    ("2.7.1.post8", True, False, False), ("2.10.0.post2", False, False, True), ("2.9.1", False, False, False),
+])
+def test_static_cache_rule_by_version(version: str, disk: bool, keyed: bool, read: bool) -> None:
+    """docs/npu_api.md "Static kernels": switch the cache off only where the release has the
+    switch and its key is not known to hold the option map."""
+    from sktune.backends.npu_static_cache import static_cache_rule
+
+    rule = static_cache_rule(version)
+    assert (rule.disk_cache, rule.options_in_key, rule.read) == (disk, keyed, read)
+    assert rule.disable_per_trial is (disk and not keyed)
+    assert rule.describe()
+
+
+def test_top_level_keys_follow_the_key_set() -> None:
+    from sktune.backends.npu_option_schema import LEGACY_NPUGRAPH_EX_KEYS, NPUGRAPH_EX_KEYS
+
+    assert check_torch_npu_version("2.10.0.post2").top_level_keys == LEGACY_NPUGRAPH_EX_KEYS
+    assert check_torch_npu_version("2.10.0.post4").top_level_keys == NPUGRAPH_EX_KEYS
+    assert "disable_static_kernel_compile_cache" not in LEGACY_NPUGRAPH_EX_KEYS
+    assert {"mode", "_vllm_aclnn_static_kernel_sym_index", "_vllm_aclnn_static_kernel_sym_range"} <= NPUGRAPH_EX_KEYS
