@@ -82,6 +82,12 @@ class Backend(ABC):
         """What the compiles since the last call did (e.g. regions compiled vs reused); default: nothing."""
         return {}
 
+    def static_compile_seconds(self) -> dict[str, Any] | None:
+        """The last candidate's static-kernel compile, once its first call ran: ``seconds``,
+        ``uncached_s`` (every kernel compiled; None unless known) and ``emulated``. None for
+        a backend without one."""
+        return None
+
     def synchronize(self) -> None:
         """Wait for queued device work; timers call it at both ends of a batch."""
 

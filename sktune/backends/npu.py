@@ -12,12 +12,14 @@ with ``super_kernel_optimize=False``.
 
 Two field facts shape every trial (README, "Running on Ascend"; ``for_trials`` only, not
 ``sktune.apply`` in production):
-- torchair's static-kernel cache key leaves out the SuperKernel option map, so a sweep
-  could time a kernel package built under other options: trials compile with
-  ``disable_static_kernel_compile_cache=True``.
-- CANN clamps an out-of-range option to its default and dumps the options it really used
-  to ``sk_meta/sk_options.json`` under its work path: each compile gets its own work path
-  (``ASCEND_WORK_PATH``), and a trial whose effective options differ fails with both shown.
+- Static kernels: where a release's static-kernel cache key might leave out the
+  SuperKernel option map, trials compile with ``disable_static_kernel_compile_cache=True``
+  (``npu_static_cache``: not on 2.10.0.post4, 2.13.0, 2.14.0, whose keys hold the map).
+  Each trial records its static-compile seconds: the wall time of compile + first forward
+  (where npugraph_ex runs op_compiler), or the emulated figure an emulated Ascend states.
+- CANN clamps an out-of-range option to its default. Each compile gets its own work path
+  (``ASCEND_WORK_PATH``); an options dump found there in a recognised form is compared and
+  a difference fails the trial (``npu_meta``); no dump, or another form, is reported, never fatal.
 
 One seam for machines without an NPU: ``SKTUNE_NPU_DEVICE`` (default ``npu``) is the
 device the model and its inputs are placed on; the emulated Ascend of the tests sets it
@@ -27,10 +29,10 @@ to ``cpu``.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,8 +43,10 @@ import torch
 from sktune.backends._base import Backend, CompiledModel
 from sktune.capabilities import OptionSpec
 from sktune.backends.npu_option_check import MAX_DISTINCT_SCOPES, validate_compile_options, validate_scope_names
-from sktune.backends.npu_option_schema import OPTIMIZE, KeySet, NpuOptionError, check_torch_npu_version
+from sktune.backends.npu_option_schema import OPTIMIZE, KeySet, check_torch_npu_version
 from sktune.backends.npu_option_space import optimize_options_from_params, search_options
+from sktune.backends.npu_meta import FAIL_REASONS, check_effective_options, meta_files
+from sktune.backends.npu_static_cache import static_cache_rule
 from sktune.errors import SktuneError
 from sktune.graph.markers import insert_scope_markers, scope_marker_ops
 from sktune.graph.opgraph import OpGraph
@@ -79,8 +83,6 @@ def _npugraph_ex() -> Callable[..., Any]:
 
 
 DEVICE_ENV = "SKTUNE_NPU_DEVICE"  # where tensors go; "npu" unless an emulated Ascend says otherwise
-EFFECTIVE_OPTIONS = Path("sk_meta") / "sk_options.json"  # under the work path (a guess: see README)
-FAIL_REASONS = Path("sk_meta") / "sk_fusion_fail_reasons.log"
 
 
 class NpuBackend(Backend):
@@ -101,6 +103,9 @@ class NpuBackend(Backend):
         self.profile_root = Path(".sktune/npu-profiles")  # relative to the run's working directory
         self.meta_root = Path(".sktune/npu-meta")  # one CANN work path per compile
         self.last_meta_dir: Path | None = None  # of the candidate that ran last for the first time
+        self.static_cache = static_cache_rule(self.torch_npu_version)
+        self.last_static: dict[str, Any] | None = None  # static compile of the last candidate's first run
+        self.last_effective: str | None = None  # what its work path said about the options used
 
     @property
     def emulated(self) -> bool:
@@ -127,8 +132,9 @@ class NpuBackend(Backend):
     def compile_options(self, plan: Plan, fresh_static_kernels: bool = False) -> dict[str, Any]:
         """The exact ``options=`` for ``torch.compile(..., backend="npugraph_ex")``, validated.
 
-        ``fresh_static_kernels``: rebuild the static kernels instead of reusing a package
-        cached under other SuperKernel options (the cache key leaves the option map out).
+        ``fresh_static_kernels``: never reuse a static-kernel package cached under other
+        SuperKernel options; sets the cache switch only where the release's key leaves
+        the option map out (``npu_static_cache``).
         """
         params = {k: v for k, v in plan.option_dict.items() if k != DEBUG_OPTIONS}
         options: dict[str, Any] = {
@@ -136,7 +142,7 @@ class NpuBackend(Backend):
             "static_kernel_compile": True,  # SuperKernel needs static kernels
             "super_kernel_optimize_options": optimize_options_from_params(params),
         }
-        if fresh_static_kernels:
+        if fresh_static_kernels and self.static_cache.disable_per_trial:
             options["disable_static_kernel_compile_cache"] = True
         debug = plan.option_dict.get(DEBUG_OPTIONS)
         if debug:
@@ -158,9 +164,12 @@ class NpuBackend(Backend):
         if not self.for_trials:
             return _npugraph_ex()(marked, list(graph.flat_args), options=options)
         meta_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=_made(self.meta_root)))
+        self.last_static = None
+        started = time.perf_counter()
         with cann_work_path(meta_dir):
             compiled = _npugraph_ex()(marked, list(graph.flat_args), options=options)
-        return _CheckedFirstRun(compiled, options.get(OPTIMIZE) or {}, meta_dir, self)
+        return _CheckedFirstRun(compiled, options.get(OPTIMIZE) or {}, meta_dir, self,
+                                time.perf_counter() - started)
 
     def reference(self, graph: OpGraph) -> CompiledModel:
         options = {"super_kernel_optimize": False, "static_kernel_compile": True}
@@ -213,14 +222,19 @@ class NpuBackend(Backend):
         cand = [per_step[i] * 1e-6 for i in range(1, len(per_step), 2)]
         return base, cand, {"superkernels": summary["superkernels"],
                             "fusion_fail_reasons": summary["fusion_fail_reasons"] + self._fail_reasons(),
-                            "profile_dir": summary["profile_dir"]}
+                            "profile_dir": summary["profile_dir"], "effective_options": self.last_effective}
+
+    def static_compile_seconds(self) -> dict[str, Any] | None:
+        return self.last_static
 
     def _fail_reasons(self) -> list[dict[str, Any]]:
         """Why scopes of the last candidate did not fuse, from its CANN work path."""
         from sktune.measure.ascend_parsers import read_fusion_fail_reasons
 
-        log_file = self.last_meta_dir / FAIL_REASONS if self.last_meta_dir is not None else None
-        return read_fusion_fail_reasons(log_file) if log_file is not None and log_file.is_file() else []
+        if self.last_meta_dir is None:
+            return []
+        return [r for log_file in meta_files(self.last_meta_dir, FAIL_REASONS)
+                for r in read_fusion_fail_reasons(log_file)]
 
     def _profile(self, fns: list[Callable[[], object]], with_steps: bool = False, top: int = 15) -> Any:
         """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output."""
@@ -254,22 +268,36 @@ class NpuBackend(Backend):
 
 
 class _CheckedFirstRun:
-    """The compiled model; its first call (where npugraph_ex builds the SuperKernels) runs
-    with its own CANN work path, and then checks the options CANN says it really used."""
+    """The compiled model; its first call (where npugraph_ex compiles the static kernels and
+    builds the SuperKernels) runs with its own CANN work path and is timed, and then the
+    options CANN says it really used are checked."""
 
-    def __init__(self, fn: CompiledModel, requested: dict[str, Any], meta_dir: Path, backend: NpuBackend) -> None:
+    def __init__(self, fn: CompiledModel, requested: dict[str, Any], meta_dir: Path, backend: NpuBackend,
+                 compile_s: float) -> None:
         self.fn, self.requested, self.meta_dir, self.backend = fn, requested, meta_dir, backend
+        self.compile_s = compile_s
         self.checked = False
 
     def __call__(self, *args: Any) -> Any:
         if self.checked:
             return self.fn(*args)
+        started = time.perf_counter()
         with cann_work_path(self.meta_dir):
             out = self.fn(*args)
         self.checked = True
         self.backend.last_meta_dir = self.meta_dir
-        check_effective_options(self.requested, self.meta_dir / EFFECTIVE_OPTIONS)
+        self.backend.last_static = self._static_compile(time.perf_counter() - started)
+        self.backend.last_effective = check_effective_options(self.requested, self.meta_dir).status
         return out
+
+    def _static_compile(self, first_run_s: float) -> dict[str, Any]:
+        """Seconds of compile + first forward; an emulated Ascend states its own figure
+        (``emulated_static_compile``, emulator only: wall time there is near zero)."""
+        stated = getattr(self.fn, "emulated_static_compile", None)
+        if isinstance(stated, dict) and self.backend.emulated:
+            return {"seconds": float(stated["seconds"]), "uncached_s": float(stated["uncached_s"]),
+                    "emulated": True}
+        return {"seconds": self.compile_s + first_run_s, "uncached_s": None, "emulated": False}
 
 
 def _made(directory: Path) -> Path:
@@ -291,29 +319,3 @@ def cann_work_path(directory: Path) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def check_effective_options(requested: dict[str, Any], dumped: Path) -> None:
-    """Fail when CANN used other SuperKernel options than requested (clamped to a default,
-    or a stale static-kernel package); silent when CANN wrote no dump."""
-    if not dumped.is_file():
-        return
-    try:
-        used = json.loads(dumped.read_text()).get(OPTIMIZE) or {}
-    except (OSError, ValueError, AttributeError) as exc:
-        raise NpuOptionError(f"cannot read the options CANN used ({dumped}): {exc}") from exc
-    differ = []
-    for key, want in requested.items():
-        if key not in used:  # a dump may leave out what it did not set: nothing to compare
-            log.debug("CANN's option dump %s does not list %s", dumped, key)
-            continue
-        have = used.get(key)
-        if isinstance(want, dict) and isinstance(have, dict):
-            differ += [f"{key}.{k}: requested {v!r}, used {have.get(k)!r}" for k, v in want.items() if have.get(k) != v]
-        elif have != want:
-            differ.append(f"{key}: requested {want!r}, used {have!r}")
-    if differ:
-        raise NpuOptionError(
-            "CANN ran other SuperKernel options than requested (" + "; ".join(differ) + f"; from {dumped}): "
-            "an out-of-range value is clamped to its default, and a cached static-kernel package keeps "
-            "the options it was built with")

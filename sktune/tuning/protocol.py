@@ -7,7 +7,7 @@ that replaces a result when the worker hangs, crashes or raises.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Protocol
 
 from sktune.measure.stats import PairedTiming
@@ -51,6 +51,26 @@ class TrialRequest:
 
 
 @dataclass(frozen=True)
+class StaticCompile:
+    """A trial's static-kernel compile (npu): on a host the wall seconds of compile + first
+    forward; on an emulated device the seconds it states, with ``emulated`` set."""
+
+    seconds: float  # with the static-kernel caches as they were
+    uncached_s: float | None = None  # every kernel compiled, no cache (emulated only)
+    emulated: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "uncached_s": self.uncached_s, "emulated": self.emulated}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "StaticCompile | None":
+        if not isinstance(data, dict):
+            return None
+        uncached = data.get("uncached_s")
+        return cls(float(data["seconds"]), None if uncached is None else float(uncached), bool(data.get("emulated")))
+
+
+@dataclass(frozen=True)
 class TrialResult:
     """One plan applied, verified and timed against the unfused baseline in the same run."""
 
@@ -63,23 +83,25 @@ class TrialResult:
     verify_s: float
     measure_s: float
     observed: dict[str, Any]  # backend facts about the run (e.g. which scopes really fused)
+    static_compile: StaticCompile | None = None  # None: the backend has no static-kernel compile
 
     def to_json(self) -> dict[str, Any]:
         return {"bitwise": self.bitwise, "mismatches": list(self.mismatches), "timing": self.timing.to_json(),
                 "groups": [list(g) for g in self.groups], "regions": [list(r) for r in self.regions],
                 "compile_s": self.compile_s, "verify_s": self.verify_s, "measure_s": self.measure_s,
-                "observed": self.observed}
+                "observed": self.observed,
+                "static_compile": None if self.static_compile is None else self.static_compile.to_json()}
 
     @classmethod
     def from_json(cls, data: Any) -> "TrialResult":
-        expected = [f.name for f in fields(cls)]
+        expected = [f.name for f in fields(cls) if f.default is MISSING]
         missing = [k for k in expected if not isinstance(data, dict) or k not in data]
         if missing:
             raise MalformedResult(f"malformed result from the worker (missing {', '.join(missing)})")
         return cls(bool(data["bitwise"]), tuple(data["mismatches"]), PairedTiming.from_json(data["timing"]),
                    tuple(tuple(g) for g in data["groups"]), tuple((r[0], r[1]) for r in data["regions"]),
                    float(data["compile_s"]), float(data["verify_s"]), float(data["measure_s"]),
-                   dict(data["observed"]))
+                   dict(data["observed"]), StaticCompile.from_json(data.get("static_compile")))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from sktune.measure.sk_names import fused_scopes
 from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.space.plan import Plan, Scope
 from sktune.tuning.probe import across_shapes, probe_exactness
-from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult
+from sktune.tuning.protocol import StaticCompile, TimingUpdate, TrialRequest, TrialResult
 from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
 
 log = logging.getLogger(__name__)
@@ -200,6 +200,7 @@ class TrialRunner:
             found = compare_outputs(shape.references[k], flatten_outputs(candidate(*args)))
             mismatches += [{"input_set": k, **m.to_json()} for m in found]
         verified = time.perf_counter()
+        static = StaticCompile.from_json(self.backend.static_compile_seconds())  # the first call has run
         self._current = (candidate, shape, [], [])
         timing, observed = self._measure(n_batches)
         measured = time.perf_counter()
@@ -210,7 +211,7 @@ class TrialRunner:
             bitwise=not mismatches, mismatches=tuple(mismatches[:20]), timing=timing,
             groups=tuple(group_ops(n_ops, plan.scopes)), regions=tuple(regions(n_ops, plan.scopes)),
             compile_s=compiled - started, verify_s=verified - compiled, measure_s=measured - verified,
-            observed=observed,
+            observed=observed, static_compile=static,
         )
 
     def more(self, n_batches: int) -> TimingUpdate:

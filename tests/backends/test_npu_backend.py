@@ -17,6 +17,7 @@ from torch import fx
 
 from sktune.backends import npu as npu_module
 from sktune.backends.npu import NpuBackend
+from sktune.backends.npu_meta import check_effective_options, meta_files, read_effective_options
 from sktune.backends.npu_option_schema import NpuOptionError, NpuVersionError
 from sktune.errors import PlanError, SktuneError
 from sktune.graph.capture import capture
@@ -127,7 +128,6 @@ def test_options_reach_npugraph_ex_exactly_and_superkernels_form(chain, backend,
     assert options == {
         "super_kernel_optimize": True,
         "static_kernel_compile": True,
-        "disable_static_kernel_compile_cache": True,  # the cache key leaves the option map out
         "super_kernel_optimize_options": {
             "early_start": 1, "auto_op_parallel": 0,
             "aggressive_opt_strategies": {"task_breaker_bypass": 0, "value_breaker_bypass": 1},
@@ -139,8 +139,9 @@ def test_options_reach_npugraph_ex_exactly_and_superkernels_form(chain, backend,
     (expected,) = graph.gm(*args)
     assert torch.equal(out, expected)
     # The first forward ran under its own CANN work path, where the effective options landed.
-    used = json.loads((backend.last_meta_dir / "sk_meta" / "sk_options.json").read_text())
+    used = json.loads(meta_files(backend.last_meta_dir, "sk_options.json")[-1].read_text())
     assert used["super_kernel_optimize_options"]["early_start"] == 1
+    assert backend.last_effective == "checked"
 
 
 def test_production_compile_is_not_a_trial(chain, stand_in, npu_emulator, tmp_path, monkeypatch) -> None:
@@ -167,7 +168,7 @@ def test_each_trial_compile_gets_a_fresh_work_path_restored_after(chain, backend
     for _ in range(2):
         backend.compile(graph, Plan.make([Scope(0, 9, "all")], SAFE))(*args)
         dirs.add(backend.last_meta_dir)
-    assert len(dirs) == 2 and all((d / "sk_meta" / "sk_options.json").is_file() for d in dirs)
+    assert len(dirs) == 2 and all(meta_files(d, "sk_options.json") for d in dirs)
     assert os.environ["ASCEND_WORK_PATH"] == "/somewhere/else"
 
 
@@ -181,32 +182,62 @@ def test_reference_is_same_capture_without_superkernel(chain, backend, stand_in)
     assert torch.equal(reference(*args)[0], graph.gm(*args)[0])
 
 
-def test_effective_options_that_differ_fail_the_trial(chain, backend, stand_in, npu_emulator) -> None:
-    """A stale static-kernel package (cache key without the option map) would time other
-    options: sktune disables the cache, and checks what CANN says it used anyway."""
-    from sktune.backends.npu import check_effective_options
+@pytest.mark.parametrize("version, flag", [("2.14.0", False), ("2.13.0", False), ("2.10.0.post4", False),
+                                           ("2.12.0", True), ("2.9.0.post6", True), ("2.10.0.post2", False)])
+def test_static_cache_switch_follows_the_release(npu_emulator, version: str, flag: bool) -> None:
+    """Set only where the key may leave the option map out; never where the key does not
+    exist (2.10.0.post2 would raise "Invalid option")."""
+    options = NpuBackend(torch_npu_version_=version, for_trials=True).compile_options(
+        Plan.make([], {} if version == "2.10.0.post2" else SAFE), fresh_static_kernels=True)
+    assert ("disable_static_kernel_compile_cache" in options) is flag
 
+
+def test_old_key_set_rejects_the_cache_switch(npu_emulator) -> None:
+    from sktune.backends.npu_option_check import validate_compile_options
+    from sktune.backends.npu_option_schema import check_torch_npu_version
+
+    with pytest.raises(NpuOptionError, match="in torch-npu 2.10.0.post2"):
+        validate_compile_options({"disable_static_kernel_compile_cache": True},
+                                 key_set=check_torch_npu_version("2.10.0.post2"))
+
+
+def test_static_compile_seconds_are_the_emulators_and_labelled(chain, backend, stand_in, npu_emulator) -> None:
     graph, args = chain
-    plan = Plan.make([Scope(0, 9, "all")], SAFE)
-    for early_start in (1, 0):  # the emulator's cache would hand the second compile early_start=1
-        compiled = backend.compile(graph, Plan.make(plan.scopes, {**SAFE, "early_start": early_start}))
-        compiled(*args)
-        assert compiled.fn.effective_options["early_start"] == early_start
-    # Without the flag the emulator hands the next compile of the same ops a stale package
-    # (built under early_start=0 just above): the effective-options check catches it.
-    without_flag = NpuBackend(torch_npu_version_="2.14.0", for_trials=True)
-    without_flag.compile_options = lambda p, fresh_static_kernels=False: backend.compile_options(p)  # type: ignore
-    npu_emulator._backend.STATIC_KERNEL_CACHE.clear()
-    without_flag.compile(graph, Plan.make(plan.scopes, {**SAFE, "early_start": 0}))(*args)
-    stale = without_flag.compile(graph, Plan.make(plan.scopes, {**SAFE, "early_start": 1}))
-    with pytest.raises(NpuOptionError, match=r"early_start: requested 1, used 0"):
-        stale(*args)
-    # What the check does when CANN reports other options (clamped, or a stale package).
-    dump = backend.last_meta_dir / "sk_meta" / "sk_options.json"
+    npu_emulator._static.clear()
+    compiled = backend.compile(graph, Plan.make([Scope(0, 9, "all")], SAFE))
+    assert backend.static_compile_seconds() is None  # the static compile runs at the first forward
+    compiled(*args)
+    stated = compiled.fn.emulated_static_compile
+    assert backend.static_compile_seconds() == {"seconds": stated["seconds"], "uncached_s": stated["uncached_s"],
+                                                "emulated": True}
+    assert stated["seconds"] > 0 and stated["seconds"] == stated["uncached_s"]
+
+
+def test_static_compile_seconds_on_a_host_are_wall_time(backend, tmp_path) -> None:
+    from sktune.backends.npu import _CheckedFirstRun
+
+    first = _CheckedFirstRun(lambda *a: a, {}, tmp_path, backend, compile_s=1.5)
+    first(1)
+    assert backend.last_static["seconds"] >= 1.5 and backend.last_static["emulated"] is False
+    assert backend.last_static["uncached_s"] is None and backend.last_effective == "absent"
+
+
+@pytest.mark.parametrize("where", ["sk_meta", "sk_meta/123/model_4"])
+def test_effective_options_dump_forms(tmp_path, where: str) -> None:
+    dump = tmp_path / where / "sk_options.json"
+    dump.parent.mkdir(parents=True)
     dump.write_text(json.dumps({"super_kernel_optimize_options": {"early_start": 0, "dcci_after_kernel_end": [".*"]}}))
     with pytest.raises(NpuOptionError, match=r"early_start: requested 1, used 0"):
-        check_effective_options({"early_start": 1, "dcci_after_kernel_end": [".*"]}, dump)
-    check_effective_options({"early_start": 0}, dump)
+        check_effective_options({"early_start": 1, "dcci_after_kernel_end": [".*"]}, tmp_path)
+    assert check_effective_options({"early_start": 0, "split_mode": 2}, tmp_path).status == "checked"
+
+
+@pytest.mark.parametrize("text", ["not json", "[1, 2]", '{"options": {}}', '{"super_kernel_optimize_options": 3}'])
+def test_unrecognised_or_absent_dump_never_fails(tmp_path, text: str) -> None:
+    assert read_effective_options(tmp_path).status == "absent"
+    (tmp_path / "sk_meta").mkdir()
+    (tmp_path / "sk_meta" / "sk_options.json").write_text(text)
+    assert check_effective_options({"early_start": 1}, tmp_path).status == "unrecognised"
 
 
 def test_debug_options_and_diagnostic_plan(chain, backend, stand_in) -> None:

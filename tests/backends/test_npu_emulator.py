@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from sktune.backends.npu_meta import meta_files
 from sktune.measure.ascend_files import ProfileError, find_profile_files
 from sktune.measure.ascend_parsers import parse_superkernel_name
 from sktune.measure.ascend_summary import step_spans, summarize
@@ -36,7 +37,14 @@ def npu() -> Any:
 @pytest.fixture(autouse=True)
 def isolated(npu: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASCEND_WORK_PATH", str(tmp_path))
-    npu._backend.STATIC_KERNEL_CACHE.clear()
+    npu._static.clear()
+
+
+def meta(work: Path, name: str) -> Path:
+    """The newest ``name`` the emulated CANN wrote under sk_meta/<pid>/model_<id>/."""
+    found = meta_files(work, name)
+    assert found and all(p.parent.name.startswith("model_") for p in found), found
+    return found[-1]
 
 
 def begin(name: str | None) -> None:
@@ -205,7 +213,7 @@ def test_empty_scope_makes_no_superkernel(npu: Any, tmp_path: Path) -> None:
     compiled = compile_npu(f, X, **sk(SAFE))
     compiled(*compiled.flat_args)
     assert compiled.superkernels == [("main", [1])]
-    log = (tmp_path / "sk_meta" / "sk_fusion_fail_reasons.log").read_text()
+    log = meta(tmp_path, "sk_fusion_fail_reasons.log").read_text()
     assert "scope:cast}: reason: OP_UNSUPPORT, reasonDetail: empty scope" in log
 
 
@@ -337,7 +345,7 @@ def test_legacy_version_has_the_old_key_set(npu: Any, monkeypatch: pytest.Monkey
         bad(*bad.flat_args)
     ok = compile_npu(chain([]), X, **sk({"preload_code": 2}))
     ok(*ok.flat_args)
-    written = json.loads((tmp_path / "sk_meta" / "sk_options.json").read_text())
+    written = json.loads(meta(tmp_path, "sk_options.json").read_text())
     assert written == {"super_kernel_optimize_options": {"preload_code": 2, "split_mode": 4, "stream_fusion": 1}}
 
 
@@ -345,7 +353,7 @@ def test_out_of_range_int_is_clamped_and_recorded(npu: Any, tmp_path: Path) -> N
     compiled = compile_npu(chain([]), X, **sk({"preload_code": 3, "split_mode": 0, **SAFE}))
     with pytest.warns(UserWarning, match="out of range"):
         compiled(*compiled.flat_args)
-    written = json.loads((tmp_path / "sk_meta" / "sk_options.json").read_text())["super_kernel_optimize_options"]
+    written = json.loads(meta(tmp_path, "sk_options.json").read_text())["super_kernel_optimize_options"]
     assert written["preload_code"] == 1 and written["split_mode"] == 4
     assert written["dcci_after_kernel_end"] == [".*"] and written["dcci_disable_on_kernel"] == []
     assert written["aggressive_opt_strategies"] == {"task_breaker_bypass": 0, "value_breaker_bypass": 0,
@@ -353,21 +361,77 @@ def test_out_of_range_int_is_clamped_and_recorded(npu: Any, tmp_path: Path) -> N
     assert compiled.effective_options == written
 
 
-def test_static_kernel_cache_reuses_stale_options(npu: Any, tmp_path: Path) -> None:
+def static_run(fn: Callable[..., Any], optimize: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    compiled = compile_npu(fn, X, **sk({**optimize, **SAFE}, static_kernel_compile=True, **extra))
+    compiled(*compiled.flat_args)
+    return compiled.emulated_static_compile
+
+
+def test_static_cache_keys_the_option_map_on_2_14(npu: Any) -> None:
     fn = chain([(1, 9, "all")])
-    first = compile_npu(fn, X, **sk({"early_start": 1, **SAFE}, static_kernel_compile=True))
-    first(*first.flat_args)
-    stale = compile_npu(fn, X, **sk({"early_start": 0, **SAFE}, static_kernel_compile=True))
-    stale(*stale.flat_args)
-    assert stale.effective_options["early_start"] == 1
-    assert stale.plan.superkernels[0].duration_ns == first.plan.superkernels[0].duration_ns
-    written = json.loads((tmp_path / "sk_meta" / "sk_options.json").read_text())
-    assert written["super_kernel_optimize_options"]["early_start"] == 1
-    fresh = compile_npu(fn, X, **sk({"early_start": 0, **SAFE}, static_kernel_compile=True,
-                                    disable_static_kernel_compile_cache=True))
-    fresh(*fresh.flat_args)
-    assert fresh.effective_options["early_start"] == 0
-    assert fresh.plan.superkernels[0].duration_ns > first.plan.superkernels[0].duration_ns
+    ref = compile_npu(fn, X, super_kernel_optimize=False, static_kernel_compile=True)
+    ref(*ref.flat_args)
+    first = static_run(fn, {"early_start": 1})
+    per = npu._static.SECONDS_PER_KERNEL
+    assert first["compiled"] == first["kernels"] == 2 and first["seconds"] == 2 * per  # SK off is another key
+    assert first["uncached_s"] == 2 * per and first["emulated"] is True
+    assert static_run(fn, {"early_start": 1})["seconds"] == 0.0  # same options: done in this process
+    other = static_run(fn, {"early_start": 0})
+    assert other["compiled"] == 2 and other["stale"] == 0 and not other["disk_hit"]
+    npu._static.COMPILED_OPS.clear()  # a new process: the on-disk cache answers (same option map)
+    again = static_run(fn, {"early_start": 1})
+    assert again["disk_hit"] and again["seconds"] == 0.0
+    npu._static.COMPILED_OPS.clear()
+    assert static_run(fn, {"early_start": 1}, disable_static_kernel_compile_cache=True)["compiled"] == 2
+
+
+def test_static_cache_is_stale_on_2_10_post2(npu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(npu, "__version__", "2.10.0.post2")
+    fn = chain([(1, 9, "all")])
+    with pytest.raises(ValueError, match="Invalid option 'disable_static_kernel_compile_cache'"):
+        compile_npu(fn, X, **sk({}, disable_static_kernel_compile_cache=True))
+    ref = compile_npu(fn, X, super_kernel_optimize=False, static_kernel_compile=True)
+    ref(*ref.flat_args)
+    assert ref.emulated_static_compile["compiled"] == 2
+    hit = compile_npu(fn, X, **sk({"preload_code": 2}, static_kernel_compile=True))
+    hit(*hit.flat_args)
+    # op hashes alone: the SK-off kernels count as built, none is compiled again
+    assert hit.emulated_static_compile == {**hit.emulated_static_compile, "compiled": 0, "stale": 2, "seconds": 0.0}
+    assert hit.effective_options["preload_code"] == 2  # op_compiler gets no option map there
+
+
+def test_super_kernel_optimize_zero_means_on(npu: Any) -> None:
+    fn = chain([(1, 9, "all")])
+    on = compile_npu(fn, X, super_kernel_optimize=0, super_kernel_optimize_options=SAFE, static_kernel_compile=0)
+    assert [scope for scope, _ in on.superkernels] == ["all"] and on.state.static_kernels is False
+    assert on.config.local == {"super_kernel_optimize": "0", "super_kernel_optimize_options": SAFE}
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"capture_limit": 0}, ValueError), ({"capture_limit": "64"}, ValueError), ({"mode": "reduce-overhead"}, ValueError),
+    ({"super_kernel_optimize": 2}, ValueError), ({"capture_error_mode": "bogus"}, ValueError),
+    ({"_vllm_aclnn_static_kernel_sym_range": [1.5]}, TypeError), ({"super_kernel_optimize_options": [1]}, TypeError),
+    ({"post_grad_custom_pre_pass": 3}, TypeError), ({"data_dump_dir": "/no/such/dir"}, FileNotFoundError),
+])
+def test_compiler_config_checks_values(npu: Any, options: dict[str, Any], error: type) -> None:
+    with pytest.raises(error):
+        npu._config.CompilerConfig(options)
+
+
+def test_compiler_config_defaults_and_vllm_keys(npu: Any) -> None:
+    config = npu._config.CompilerConfig({"_vllm_aclnn_static_kernel_sym_index": 1,
+                                         "_vllm_aclnn_static_kernel_sym_range": [1, 8]})
+    assert config.mode == "npugraph_ex" and config.capture_limit == 64
+    assert config.local == {}  # nothing on: static kernels and SuperKernel off
+
+
+def test_npugraphs_is_a_separate_backend_without_superkernel(npu: Any) -> None:
+    from torch._dynamo import lookup_backend
+
+    gm, args = capture(chain([(1, 9, "all")]), *X)
+    compiled = lookup_backend("npugraphs")(gm, args, options=sk(SAFE))  # options are dropped, as in torch-npu
+    assert lookup_backend("npugraphs") is not lookup_backend("npugraph_ex")
+    assert compiled.superkernels == [] and torch.equal(compiled(*args)[0], chain([])(X[0]))
 
 
 # ------------------------------------------------------------------ profiler files
@@ -452,6 +516,6 @@ def test_torch_compile_path_with_options_kwarg(npu: Any, tmp_path: Path) -> None
         out = model(X[0])
     torch._dynamo.reset()
     assert torch.equal(out, chain([])(X[0]))
-    fused = (tmp_path / "sk_meta" / "sk_fused_nodes.log").read_text()
+    fused = meta(tmp_path, "sk_fused_nodes.log").read_text()
     assert fused.startswith("sk_0_mid_start_static_kernel_Add_") and fused.index("_end_static_kernel_Mul_") > 0
     assert ": scope:mid, nodes:[1:Add, 2:Mul, 3:Add, 4:Mul]" in fused

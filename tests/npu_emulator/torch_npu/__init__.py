@@ -8,7 +8,8 @@ from docs/superkernel.md and docs/npu_api.md. It exists so that
 Surface: ``__version__`` (``$TORCH_NPU_EMULATOR_VERSION``, default 2.14.0; below 2.11.0
 the old SuperKernel key set applies); ``SKTUNE_NPU_DEVICE`` defaults to ``cpu`` (tensors
 stay on the CPU); ``torch.npu`` (= ``torch_npu.npu``); the marker ops
-``npu::super_kernel_scope_begin/end``; the ``npugraph_ex`` (and ``npugraphs``) backend;
+``npu::super_kernel_scope_begin/end``; the ``npugraph_ex`` backend and, apart, ``npugraphs``
+(capture and replay only, as in torch-npu);
 ``torch_npu.profiler``; torch_npu's fused ops ``npu_rms_norm``, ``npu_add_rms_norm``,
 ``npu_rotary_mul``, ``npu_swiglu``, ``npu_fusion_attention``, ``npu_incre_flash_attention``,
 ``npu_fused_infer_attention_score``, ``npu_moe_gating_top_k_softmax``, ``npu_grouped_matmul``
@@ -40,17 +41,19 @@ Behaviour model
 - SuperKernel on: mark set = scope names open around an op (pairing: an end closes the
   first open begin of its name). A None mark wins (never fused); if any named scope
   exists, unmarked ops are not fused; with only None marks or none at all, unmarked ops
-  form one group (scope label ``auto``, a guess). Ops with the same mark set form a
+  form one group (scope label ``none``, as real profiles name such a SuperKernel). Ops with the same mark set form a
   group, named after the innermost (latest opened) scope. A group becomes one SuperKernel
   per contiguous run of its kernels (views and markers do not break a run). Unfusible
-  ops end the run and run alone: AI_CPU ops (task_breaker_bypass=1: dropped from the
-  scope, run alone after the SuperKernel, the run continues) and wait-like ops (unless
-  value_breaker_bypass != 0). A one-kernel run is still a SuperKernel. A named scope
+  ops end the run and run alone: AI_CPU ops (fail reason DEFAULT_NODE; task_breaker_bypass=1:
+  dropped from the scope, run alone after the SuperKernel, the run continues) and wait-like
+  ops (unless value_breaker_bypass != 0; OP_UNSUPPORT, CANN's ValueWait reason name unknown). A one-kernel run is still a SuperKernel. A named scope
   holding no kernel makes none (OP_UNSUPPORT "empty scope"). More than 64 distinct names:
   later ones are not fused (EXCEED_SCOPE_MAX). Names are cut to 255 UTF-8 bytes;
   ``default_sk_scope_name`` means None.
-- SuperKernel task: ``sk_<scope>_start_<FirstType>_end_<LastType>_<n>`` (n counts the
-  scope's SuperKernels from 0), type SuperKernel, core MIX_AIC with a matmul else
+- SuperKernel task: ``sk_<n>_<scope>_start_<first func>_end_<last func>``, the real
+  index-first form (n counts the graph's SuperKernels from 0; a kernel's function name is
+  its static kernel's, ``static_kernel_<OpType>_<hash>``, the hash of the
+  ``te_<OpType>_<hash>`` symbol dcci patterns match), type SuperKernel, core MIX_AIC with a matmul else
   MIX_AIV; time = 4.0 µs + sum of sub-op times, minus 1.0 µs per sub-op after the first
   with early_start=1, plus 0.4 µs per data-cache flush, plus 1.0 µs per sub-op boundary
   with debug_sync_all, plus 0.2 µs per sub-op with debug_op_exec_trace.
@@ -65,16 +68,27 @@ Behaviour model
   output: third-highest mantissa bit flipped, ~12 % off; integers +1). A SuperKernel holding a wait-like op
   (value_breaker_bypass != 0) hangs at the first forward, after writing a per-core plog
   under $ASCEND_PROCESS_LOG_PATH/debug/plog/ when debug_op_exec_trace=1.
-- Options: unknown top-level key -> ValueError at compile; the SuperKernel dicts are
-  checked at the first forward (unknown key / wrong type -> RuntimeError); out-of-range
-  ints are clamped to the default with a warning; the effective options go to
-  ``<ASCEND_WORK_PATH or cwd>/sk_meta/sk_options.json`` (plus the fail-reason and
-  fused-node logs). Static-kernel cache: keyed by op hashes, SuperKernel on/off and the
-  determinism flag, not by the option map, so a later compile of the same ops reuses the
-  first one's options (unless disable_static_kernel_compile_cache=True).
+- Options: unknown top-level key or bad value -> raised at compile, as torch-npu's
+  ``CompilerConfig`` does (``_config``: ``super_kernel_optimize=0`` means on); the
+  SuperKernel dicts are checked at the first forward (unknown key / wrong type ->
+  RuntimeError); out-of-range ints are clamped to the default with a warning; the
+  effective options go to ``<ASCEND_WORK_PATH or cwd>/sk_meta/<pid>/model_<n>/sk_options.json``
+  (an emulator form; plus the fail-reason and fused-node logs).
+- Static kernels (``_static``): compiled at the first forward with the caches keyed as
+  each release keys them (2.10.0.post4+: op hashes + SuperKernel config with the option
+  and debug maps + determinism; old key set: op hashes alone, so stale). Cost: 10.0
+  EMULATED seconds per kernel compiled, stated as ``emulated_static_compile`` on the
+  compiled graph.
 - Profiler: active steps record every emulated run on a virtual clock starting at
   1736413971000000.000 µs; kernel_details.csv and step_trace_time.csv are written in the
-  real files' formats.
+  real files' formats. kernel_details.csv has torch-npu 2.14.0's columns (its
+  ``profiler/analysis/prof_common_func/_csv_headers.py`` and
+  ``prof_view/_kernel_view_parser.py``): at Level0 (and Level_none) ``Device_id, Name,
+  Type, Accelerator Core, Start Time(us), Duration(us), Wait Time(us), Block Num`` then
+  ``Mix Block Num`` and the shape/dtype/format columns; at Level1/2 every op_summary column
+  (the real sample's set with Device_id first, no AI Core metrics). ``Step Id`` comes
+  first only when the run had profiler steps (a schedule and CPU activity); without them
+  step_trace_time.csv has one row with an empty Step, as torch-npu writes it.
 """
 
 from __future__ import annotations

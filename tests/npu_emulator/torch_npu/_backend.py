@@ -1,9 +1,16 @@
-"""The emulated ``npugraph_ex`` torch.compile backend.
+"""The emulated ``npugraph_ex`` torch.compile backend, and the separate ``npugraphs``.
 
-Like torch-npu: a fresh ``CompilerConfig`` per compile (unknown key: ValueError), AOT
-tracing (inference, no extra decompositions), ``_valid_graph`` pairing of the markers
-after AOT, and the SuperKernel dicts validated at the first forward. The run executes
-the post-AOT aten graph on the CPU and puts the plan's tasks on the emulated device.
+Like torch-npu: a fresh ``CompilerConfig`` per compile (unknown key or bad value: raised
+at once), AOT tracing (inference, no extra decompositions), ``_valid_graph`` pairing of
+the markers after AOT, and at the first forward the static-kernel compile (``_static``)
+and the SuperKernel dicts' check. The run executes the post-AOT aten graph on the CPU and
+puts the plan's tasks on the emulated device.
+
+``npugraphs`` is torch-npu's other backend (its ``cudagraphs``): AOT plus NPU-graph
+capture and replay, no SuperKernel, no static kernels, and it takes no options.
+
+Emulator-only seam: ``CompiledGraph.emulated_static_compile``, the EMULATED seconds of the
+first forward's static compile (a real host has no such attribute: sktune times it).
 """
 
 from __future__ import annotations
@@ -14,15 +21,12 @@ import torch
 from torch import fx
 from torch._functorch.aot_autograd import aot_module_simplified
 
-from torch_npu import _device, _meta
+from torch_npu import _device, _meta, _static
+from torch_npu._config import CompilerConfig
 from torch_npu._grouping import BEGIN, END, Plan, events_of, pair_markers, reference_plan, superkernel_plan
 from torch_npu._kernels import Kernel
 from torch_npu._ops import check_scope_name
-from torch_npu._options import DEBUG, OPTIMIZE, CompilerConfig, SkOptions, validate_sk_options
-
-#: static-kernel packages of this process: (op hashes, SK on, deterministic) -> SK options compiled in
-STATIC_KERNEL_CACHE: dict[tuple[Any, ...], SkOptions] = {}
-BACKEND_NAMES = ("npugraph_ex", "npugraphs")
+from torch_npu._options import DEBUG, OPTIMIZE, SkOptions, is_legacy, validate_sk_options
 
 
 def _version() -> str:
@@ -75,7 +79,7 @@ class GraphState:
         self.events = events_of(gm)
         self.ranges = pair_markers(self.events)  # npugraph_ex's _valid_graph, after AOT
         self.sk_options: SkOptions | None = None
-        self.static_cache_hit = False
+        self.static: _static.StaticCompile | None = None  # the first forward's static compile
         self._plan: Plan | None = None
         self._ran = False
 
@@ -85,34 +89,29 @@ class GraphState:
 
     @property
     def sk_on(self) -> bool:
-        return bool(self.config.super_kernel_optimize) and not self.config.force_eager
+        # as_dict's '.value': super_kernel_optimize=0 arrives as '0', which is truthy (_config)
+        return bool(self.config.local.get("super_kernel_optimize")) and not self.config.force_eager
 
-    def cache_key(self) -> tuple[Any, ...]:
-        ops = tuple((k.aten, k.in_shapes, k.in_dtypes) for k in self.kernels)
-        return (ops, self.sk_on, torch.are_deterministic_algorithms_enabled())
+    @property
+    def static_kernels(self) -> bool:
+        return bool(self.config.local.get("static_kernel_compile"))
 
     def plan(self) -> Plan:
         """Validate the SuperKernel dicts (RuntimeError) and fix what runs; once per compile."""
         if self._plan is not None:
             return self._plan
-        op_state = "static" if self.config.static_kernel_compile else "dynamic"
+        op_state = "static" if self.static_kernels else "dynamic"
         if not self.sk_on:
             self._plan = reference_plan(self.events, op_state)
             return self._plan
         opts = validate_sk_options(getattr(self.config, OPTIMIZE), getattr(self.config, DEBUG), _version())
-        if self.config.static_kernel_compile and not self.config.disable_static_kernel_compile_cache:
-            key = self.cache_key()
-            if key in STATIC_KERNEL_CACHE:  # field fact: the SK option map is not in the cache key
-                cached = STATIC_KERNEL_CACHE[key]
-                opts = SkOptions(cached.optimize, opts.debug, cached.legacy, cached.clamped, cached.given_dcci)
-                self.static_cache_hit = True
-            else:
-                STATIC_KERNEL_CACHE[key] = opts
         self.sk_options = opts
         self._plan = superkernel_plan(self.events, self.ranges, opts, op_state)
         return self._plan
 
     def run(self, *args: Any) -> Any:
+        if not self._ran and self.static_kernels:  # after warm-up, before capture (acl_graph compile)
+            self.static = _static.compile_static(self.kernels, self.config.local, _version())
         plan = self.plan()
         if not self._ran:
             self._ran = True
@@ -167,6 +166,12 @@ class CompiledGraph:
         return None if self.state.sk_options is None else dict(self.state.sk_options.optimize)
 
     @property
+    def emulated_static_compile(self) -> dict[str, Any] | None:
+        """EMULATED seconds of the first forward's static compile (None before it, or
+        without static kernels). Emulator only: on a host sktune times compile + first forward."""
+        return None if self.state.static is None else self.state.static.to_json()
+
+    @property
     def hangs(self) -> bool:
         """Whether the first forward would hang (the real path does hang)."""
         return self.plan.hang is not None
@@ -175,7 +180,16 @@ class CompiledGraph:
 def npugraph_ex(gm: fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None,
                 **_: Any) -> CompiledGraph:
     """``lookup_backend("npugraph_ex")(gm, example_inputs, options=...)``."""
-    config = CompilerConfig(options)
+    return _aot(gm, example_inputs, CompilerConfig(options, legacy=is_legacy(_version())))
+
+
+def npugraphs(gm: fx.GraphModule, example_inputs: list[Any], **_: Any) -> CompiledGraph:
+    """``lookup_backend("npugraphs")``: capture and replay, every op its own task; the real
+    entry point drops its keyword arguments, ``options`` included."""
+    return _aot(gm, example_inputs, CompilerConfig())
+
+
+def _aot(gm: fx.GraphModule, example_inputs: list[Any], config: CompilerConfig) -> CompiledGraph:
     states: list[GraphState] = []
 
     def forward_compiler(aot_gm: fx.GraphModule, _inputs: list[Any]) -> Any:
@@ -191,6 +205,6 @@ def register() -> None:
     """Register the backend names, replacing any stand-in: the emulator is THE definition."""
     from torch._dynamo.backends import registry
 
-    for name in BACKEND_NAMES:
+    for name, fn in (("npugraph_ex", npugraph_ex), ("npugraphs", npugraphs)):
         registry._COMPILER_FNS.pop(name, None)
-        registry.register_backend(npugraph_ex, name=name)
+        registry.register_backend(fn, name=name)

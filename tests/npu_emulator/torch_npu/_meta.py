@@ -1,8 +1,14 @@
-"""Files the emulated CANN writes: ``sk_meta/`` (options used, fail reasons, fused nodes)
-and, before a hang with ``debug_op_exec_trace=1``, a per-core plog trace."""
+"""Files the emulated CANN writes: ``sk_meta/<pid>/model_<id>/`` (options used, fail
+reasons, fused nodes), where CANN's public SuperKernel tooling reads them (docs/npu_api.md,
+"Profiler"), and, before a hang with ``debug_op_exec_trace=1``, a per-core plog trace.
+
+``sk_options.json`` is the emulator's own form of an effective-options dump: no torch-npu
+wheel names one, and whether CANN writes one at all is unconfirmed (README, "First run on
+a real Ascend host")."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -14,6 +20,7 @@ from torch_npu._kernels import WAIT
 from torch_npu._options import SkOptions
 
 TRACE_CORES = 4
+_MODEL_IDS = itertools.count(1)  # CANN numbers the models (graphs) of a process
 
 
 def meta_dir() -> Path:
@@ -22,8 +29,8 @@ def meta_dir() -> Path:
 
 
 def write_sk_meta(plan: Plan, opts: SkOptions) -> Path:
-    """Create or overwrite the three sk_meta files of one compile's first forward."""
-    out = meta_dir()
+    """Write the three sk_meta files of one compile's first forward, in a model directory of its own."""
+    out = meta_dir() / str(os.getpid()) / f"model_{next(_MODEL_IDS)}"
     out.mkdir(parents=True, exist_ok=True)
     effective = {"super_kernel_optimize_options": opts.optimize}
     (out / "sk_options.json").write_text(json.dumps(effective, indent=2, sort_keys=True) + "\n")

@@ -1,4 +1,5 @@
-"""npugraph_ex options: the top-level ``CompilerConfig`` and the two SuperKernel dicts.
+"""npugraph_ex options: the two SuperKernel dicts (the top-level ``CompilerConfig`` is in
+``_config``).
 
 Written from docs/npu_api.md (torch-npu 2.14.0 key tables, CANN clamping). Top-level
 keys are checked when the backend is called (ValueError); the SuperKernel dicts only at
@@ -16,39 +17,6 @@ from typing import Any
 OPTIMIZE = "super_kernel_optimize_options"
 DEBUG = "super_kernel_debug_options"
 AGGRESSIVE = "aggressive_opt_strategies"
-
-#: torch-npu 2.14.0 CompilerConfig attributes and the emulator's defaults for them.
-TOP_LEVEL_DEFAULTS: dict[str, Any] = {
-    "force_eager": False, "use_graph_pool": None, "reuse_graph_pool_in_same_fx": True, "capture_limit": 64,
-    "clone_input": True, "clone_output": False, "disable_static_kernel_compile_cache": False,
-    "static_kernel_compile": False, "frozen_parameter": False, "remove_noop_ops": True, "remove_cat_ops": True,
-    "inplace_pass": True, "input_inplace_pass": True, "pattern_fusion_pass": True,
-    "post_grad_custom_pre_pass": None, "post_grad_custom_post_pass": None, "dump_tensor_data": False,
-    "data_dump_stage": "optimized", "data_dump_dir": None, "super_kernel_optimize": False, OPTIMIZE: None,
-    DEBUG: None, "deadlock_check": False, "capture_error_mode": "global", "mode": "reduce-overhead",
-    "force_recapture": False, "unsafe_skip_npugraph_capture_validation": False,
-    "record_statistics_debug_info": False,
-}
-
-
-class CompilerConfig:
-    """A fresh config per compile; ``setattr`` of an unknown key raises ValueError."""
-
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
-        for key, value in TOP_LEVEL_DEFAULTS.items():
-            object.__setattr__(self, key, value)
-        for key, value in (options or {}).items():
-            setattr(self, key, value)
-
-    def __setattr__(self, key: str, value: Any) -> None:
-        if key not in TOP_LEVEL_DEFAULTS:
-            raise ValueError(f"Invalid option {key!r} for npugraph_ex; valid options: "
-                             f"{', '.join(sorted(TOP_LEVEL_DEFAULTS))}")
-        object.__setattr__(self, key, value)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in TOP_LEVEL_DEFAULTS}
-
 
 INT, STR, LIST = "int", "str", "list[str]"
 # key -> (kind, default, lo, hi); lo/hi None: no range
@@ -77,9 +45,17 @@ def version_tuple(version: str) -> tuple[int, int, int]:
     return tuple((nums + [0, 0, 0])[:3])  # type: ignore[return-value]
 
 
+def post_of(version: str) -> int:
+    """``"2.10.0.post4"`` -> 4; 0 without a post release."""
+    m = re.search(r"post(\d+)", version)
+    return int(m.group(1)) if m else 0
+
+
 def is_legacy(version: str) -> bool:
-    """Any version below 2.11.0 has the old key set (emulator simplification)."""
-    return version_tuple(version) < (2, 11, 0)
+    """The old key set: below 2.11.0 except 2.10.0.post4+ (the other backports are ignored:
+    emulator simplification)."""
+    release = version_tuple(version)
+    return release < (2, 11, 0) and not (release == (2, 10, 0) and post_of(version) >= 4)
 
 
 @dataclass
