@@ -157,6 +157,7 @@ def _print_summary(data: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from sktune.tuning.host_time import host_time_lines
     from sktune.tuning.records import speedup_interval, speedup_of
 
     def us(seconds: float | None) -> str:
@@ -205,6 +206,8 @@ def _print_summary(data: dict[str, Any]) -> None:
         console.print("best vs the starting points" + emulated + ": " + "; ".join(
             f"{a['anchor']} {a['best_speedup_over']:.2f}×" + ("" if a["bitwise"] else " (not bitwise)")
             for a in beaten))
+    for line in host_time_lines(data):  # static compile (emulated: the host time it stands for)
+        console.print(line)
     for warm in data.get("warm_start") or []:
         console.print(f"warm start: trial #{warm['trial']} of study {warm['study']!r} ({warm['mapping']})")
     if data.get("stopped_early"):

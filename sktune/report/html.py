@@ -124,7 +124,14 @@ def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
     return (f'<h2 id="summary">1. Summary</h2><p class="verdict">{_e(data.verdict(summary))}</p>'
             f"<p>{_e(counts)} {_e(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
             "the same run (&lt; 1 is faster); a gain is real only when its interval excludes 1.</p>"
-            f"{comp_html}{_shapes(summary)}{_anchors(summary)}<h3>Environment</h3>{env}")
+            f"{comp_html}{_host_time(summary)}{_shapes(summary)}{_anchors(summary)}<h3>Environment</h3>{env}")
+
+
+def _host_time(summary: dict[str, Any]) -> str:
+    """Static compile and, on an emulated Ascend, the host time it stands for (labelled emulated)."""
+    from sktune.tuning.host_time import host_time_lines
+
+    return "".join(f'<p class="note">{_e(line)}</p>' for line in host_time_lines(summary))
 
 
 def _shapes(summary: dict[str, Any]) -> str:

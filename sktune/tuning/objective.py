@@ -28,6 +28,7 @@ from sktune.tuning.protocol import TrialRequest, TrialWorker, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing
 from sktune.tuning.storage import worker_tag
+from sktune.tuning.trial_notes import note_result
 
 DEVICE_LOG_HINT = "per-core op progress is in the device log (ASCEND_PROCESS_LOG_PATH, else ~/ascend/log)"
 
@@ -104,6 +105,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         trial.set_user_attr(TrialAttr.COMPILE_S, result.compile_s)
         trial.set_user_attr(TrialAttr.VERIFY_S, result.verify_s)
         trial.set_user_attr(TrialAttr.OBSERVED, result.observed)
+        note_result(trial, result)
         overhead_s = wall - result.measure_s
         trial.set_user_attr(TrialAttr.OVERHEAD_S, overhead_s)
         timing, measure_s = result.timing, result.measure_s
@@ -133,6 +135,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
                     other = worker.run(TrialRequest(plan, sum(chunks), name), timeout)
                     if isinstance(other, WorkerFailure):
                         raise fail(trial, other)
+                    note_result(trial, other)
                     overhead_s += time.perf_counter() - started - other.measure_s
                     trial.set_user_attr(TrialAttr.OVERHEAD_S, overhead_s)  # compile + verify at every shape
                     outcomes[name] = ShapeOutcome(weight, other.timing, len(other.mismatches))

@@ -41,6 +41,7 @@ class TrialAttr:
     TIMING = "timing"  # PairedTiming as JSON
     SMALLEST_FAILING_RANGE = "smallest_failing_range"
     SHAPES = "shapes"  # per served shape: weight, timing, mismatches (heaviest first); TIMING is their weighted mean
+    STATIC_COMPILE = "static_compile"  # npu: static-kernel compile seconds, uncached_s, emulated (all shapes)
 
 
 class StudyAttr:
@@ -71,6 +72,7 @@ class StudyAttr:
     PROFILE_BEST_TRIAL = "profile_best_trial"
     PHASES_S = "phases_s"  # seconds of the last run's search, refinement, finalists, profiles
     WHOLE_REGION_SKIPPED = "whole_region_skipped"  # why the whole-region refinement was not tried (refine.py)
+    EFFECTIVE_OPTIONS_UNCHECKED = "effective_options_unchecked"  # the study's one warning: no dump compared
 
 
 def is_feasible(trial: FrozenTrial) -> bool:

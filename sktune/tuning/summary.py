@@ -11,6 +11,7 @@ from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan
 from sktune.tuning.records import (StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
                                    speedup_interval, speedup_of)
+from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
 
 
@@ -96,6 +97,9 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     # The best's search ratio: the anchors' ratios are search ratios too (same kind of measurement).
     best_ratio = None if best is None else 1.0 if out["best_fuses_nothing"] else best.ratio
     out["anchors"] = anchor_comparison(study, best_ratio)
+    out.update(static_compile_summary(study))  # static_compile, estimated_host_time (emulated only)
+    out["effective_options_checked"] = effective_options_checked(study)
+    out["effective_options_warning"] = study.user_attrs.get(StudyAttr.EFFECTIVE_OPTIONS_UNCHECKED)
     return out
 
 

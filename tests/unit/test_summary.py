@@ -48,3 +48,50 @@ def test_a_best_that_fuses_nothing_is_exactly_one_with_no_interval(noise_ratio: 
     _print_summary(out)
     printed = capsys.readouterr().out
     assert "1.00× (unfused)" in printed and "keep the model unfused" in printed
+
+
+def npu_result(seconds: float, uncached: float, effective: str) -> "TrialResult":
+    from sktune.measure.stats import PairedTiming
+    from sktune.tuning.protocol import StaticCompile, TrialResult
+
+    return TrialResult(True, (), PairedTiming(1e-3, 1e-3, 1.0, (0.99, 1.01), 10), (), (), 0.1, 0.1, 0.1,
+                       {"effective_options": effective}, StaticCompile(seconds, uncached, emulated=True))
+
+
+def test_static_compile_reaches_the_summary_with_one_effective_options_warning(
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture) -> None:
+    """An emulated npu study: each trial's emulated static-compile seconds (summed over its
+    shapes) become the estimated host time with and without the cache; an absent options
+    dump warns once per study, never fails a trial."""
+    from sktune.tuning.protocol import TrialResult
+    from sktune.tuning.trial_notes import note_result
+
+    study = study_whose_best_fuses_nothing(0.96)
+    for key, value in {"backend": "npu", "environment": {"backend": "npu", "emulated": "true"},
+                       "startup_s": {"load": 2.0}, "phases_s": {"search": 8.0}}.items():
+        study.set_user_attr(key, value)
+    with caplog.at_level("WARNING", logger="sktune.tuning.trial_notes"):
+        for answers in ([(20.0, 20.0, "absent"), (10.0, 10.0, "absent")], [(0.0, 20.0, "unrecognised")]):
+            trial = study.ask()
+            for seconds, uncached, effective in answers:  # one per shape
+                note_result(trial, npu_result(seconds, uncached, effective))
+            study.tell(trial, 1.0)
+    assert study.trials[-2].user_attrs["static_compile"] == {"seconds": 30.0, "uncached_s": 30.0, "emulated": True}
+    assert len([r for r in caplog.records if "not compared" in r.message]) == 1
+    out = summary(study)
+    assert out["static_compile"] == {"trials": 2, "seconds": 30.0, "uncached_s": 50.0, "emulated": True}
+    assert out["estimated_host_time"] == {"wall_s": 10.0, "with_cache_s": 40.0, "without_cache_s": 60.0,
+                                          "emulated": True}
+    assert out["effective_options_checked"] is False and "trial 2" in out["effective_options_warning"]
+    assert "estimated host time (emulated)" in render(study)
+    _print_summary(out)
+    printed = " ".join(capsys.readouterr().out.split())  # rich wraps lines
+    assert "estimated host time (emulated): 0 min 40 s with the static-kernel cache, 1 min 00 s without" in printed
+    assert "effective options not checked" in printed
+    assert TrialResult.from_json(npu_result(1.0, 2.0, "checked").to_json()).static_compile.uncached_s == 2.0
+
+
+def test_inductor_study_has_no_static_compile_figures() -> None:
+    out = summary(study_whose_best_fuses_nothing(0.96))
+    assert out["static_compile"] is None and out["estimated_host_time"] is None
+    assert out["effective_options_checked"] is None

@@ -1,0 +1,88 @@
+"""The static-kernel compile of a study's trials, summed, and for an emulated study the
+host time it stands for (README, "Reading the result": the summary contract).
+
+On an Ascend host each trial's seconds are measured (compile + first forward) and already
+inside the study's wall time. On an emulated Ascend the wall time holds almost none of it:
+the emulator states what each static compile would cost, with the static-kernel caches as
+a host would have them, and what it would cost with no cache at all. The estimated host
+time is the wall time plus either figure; every such number is labelled emulated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from sktune.tuning.records import StudyAttr, TrialAttr
+
+
+def study_wall_s(study: optuna.Study) -> float:
+    """Worker start-up plus the last run's phases (search, refinement, finalists, profiles);
+    without those records, the span from the first trial's start to the last one's end."""
+    startup = study.user_attrs.get(StudyAttr.STARTUP_S) or {}
+    phases = study.user_attrs.get(StudyAttr.PHASES_S) or {}
+    if phases:
+        return float(sum(startup.values()) + sum(phases.values()))
+    trials = [t for t in study.get_trials(deepcopy=False) if t.datetime_start and t.datetime_complete]
+    if not trials:
+        return 0.0
+    end = max(t.datetime_complete for t in trials)  # type: ignore[type-var]
+    start = min(t.datetime_start for t in trials)  # type: ignore[type-var]
+    return (end - start).total_seconds()
+
+
+def static_compile_summary(study: optuna.Study) -> dict[str, Any]:
+    """``static_compile`` (None when no trial recorded one) and ``estimated_host_time``
+    (emulated studies only, else None)."""
+    records = [t.user_attrs[TrialAttr.STATIC_COMPILE] for t in study.get_trials(deepcopy=False)
+               if t.user_attrs.get(TrialAttr.STATIC_COMPILE)]
+    if not records:
+        return {"static_compile": None, "estimated_host_time": None}
+    emulated = any(r.get("emulated") for r in records)
+    seconds = sum(float(r["seconds"]) for r in records)
+    uncached = [r.get("uncached_s") for r in records]
+    uncached_s = None if any(u is None for u in uncached) else sum(float(u) for u in uncached)  # type: ignore[arg-type]
+    static = {"trials": len(records), "seconds": seconds, "uncached_s": uncached_s, "emulated": emulated}
+    if not emulated:
+        return {"static_compile": static, "estimated_host_time": None}
+    wall = study_wall_s(study)
+    return {"static_compile": static, "estimated_host_time": {
+        "wall_s": wall, "with_cache_s": wall + seconds,
+        "without_cache_s": None if uncached_s is None else wall + uncached_s, "emulated": True}}
+
+
+def effective_options_checked(study: optuna.Study) -> bool | None:
+    """npu studies: whether CANN's effective options were compared (no study warning, and
+    at least one trial found a recognised dump); None for other backends."""
+    if study.user_attrs.get(StudyAttr.BACKEND) != "npu":
+        return None
+    if StudyAttr.EFFECTIVE_OPTIONS_UNCHECKED in study.user_attrs:
+        return False
+    return any((t.user_attrs.get(TrialAttr.OBSERVED) or {}).get("effective_options") == "checked"
+               for t in study.get_trials(deepcopy=False))
+
+
+def _duration(seconds: float) -> str:
+    hours, rest = divmod(round(seconds), 3600)
+    return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"
+
+
+def host_time_lines(summary: dict[str, Any]) -> list[str]:
+    """The static-compile and effective-options lines of the CLI's closing output and the report."""
+    lines = []
+    static, host = summary.get("static_compile"), summary.get("estimated_host_time")
+    if host:
+        without = host["without_cache_s"]
+        lines.append(
+            f"estimated host time (emulated): {_duration(host['with_cache_s'])} with the static-kernel cache"
+            + ("" if without is None else f", {_duration(without)} without it")
+            + f" (this run's wall time {_duration(host['wall_s'])} plus the emulated static compiles of "
+            f"{static['trials']} trials)")
+    elif static:
+        lines.append(f"static-kernel compile: {static['seconds']:.1f} s over {static['trials']} trials "
+                     "(wall time of compile + first forward)")
+    if summary.get("effective_options_checked") is False:
+        lines.append("effective options not checked: " + (summary.get("effective_options_warning") or
+                                                          "no trial found a dump in a recognised form"))
+    return lines
