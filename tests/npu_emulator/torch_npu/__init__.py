@@ -41,13 +41,14 @@ Behaviour model
 - SuperKernel on: mark set = scope names open around an op (pairing: an end closes the
   first open begin of its name). A None mark wins (never fused); if any named scope
   exists, unmarked ops are not fused; with only None marks or none at all, unmarked ops
-  form one group (scope label ``none``, as real profiles name such a SuperKernel). Ops with the same mark set form a
-  group, named after the innermost (latest opened) scope. A group becomes one SuperKernel
-  per contiguous run of its kernels (views and markers do not break a run). Unfusible
-  ops end the run and run alone: AI_CPU ops (fail reason DEFAULT_NODE; task_breaker_bypass=1:
-  dropped from the scope, run alone after the SuperKernel, the run continues) and wait-like
-  ops (unless value_breaker_bypass != 0; OP_UNSUPPORT, CANN's ValueWait reason name unknown). A one-kernel run is still a SuperKernel. A named scope
-  holding no kernel makes none (OP_UNSUPPORT "empty scope"). More than 64 distinct names:
+  form one group (scope label ``none``, as real profiles name such a SuperKernel). Ops
+  with the same mark set form a group, named after the innermost (latest opened) scope. A
+  group becomes one SuperKernel per contiguous run of its kernels (views and markers do
+  not break a run). Unfusible ops end the run and run alone: AI_CPU ops (fail reason
+  DEFAULT_NODE; task_breaker_bypass=1: dropped from the scope, run alone after the
+  SuperKernel, the run continues) and wait-like ops (unless value_breaker_bypass != 0;
+  OP_UNSUPPORT, CANN's ValueWait reason name unknown). A one-kernel run is still a
+  SuperKernel. A named scope holding no kernel makes none (OP_UNSUPPORT "empty scope"). More than 64 distinct names:
   later ones are not fused (EXCEED_SCOPE_MAX). Names are cut to 255 UTF-8 bytes;
   ``default_sk_scope_name`` means None.
 - SuperKernel task: ``sk_<n>_<scope>_start_<first func>_end_<last func>``, the real
