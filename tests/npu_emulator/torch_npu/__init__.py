@@ -48,9 +48,9 @@ Behaviour model
   DEFAULT_NODE; task_breaker_bypass=1: dropped from the scope, run alone after the
   SuperKernel, the run continues) and wait-like ops (unless value_breaker_bypass != 0;
   OP_UNSUPPORT, CANN's ValueWait reason name unknown). A one-kernel run is still a
-  SuperKernel. A named scope holding no kernel makes none (OP_UNSUPPORT "empty scope"). More than 64 distinct names:
-  later ones are not fused (EXCEED_SCOPE_MAX). Names are cut to 255 UTF-8 bytes;
-  ``default_sk_scope_name`` means None.
+  SuperKernel. A named scope holding no kernel makes none (OP_UNSUPPORT "empty scope").
+  More than 64 distinct names: later ones are not fused (EXCEED_SCOPE_MAX). Names are cut
+  to 255 UTF-8 bytes; ``default_sk_scope_name`` means None.
 - SuperKernel task: ``sk_<n>_<scope>_start_<first func>_end_<last func>``, the real
   index-first form (n counts the graph's SuperKernels from 0; a kernel's function name is
   its static kernel's, ``static_kernel_<OpType>_<hash>``, the hash of the

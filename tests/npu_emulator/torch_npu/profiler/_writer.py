@@ -66,8 +66,8 @@ def kernel_columns(level: str, steps: bool) -> tuple[str, ...]:
 def kernel_line(row: Row, columns: tuple[str, ...]) -> str:
     t = row.task
     values = {
-        "Step Id": str(row.step), "Device_id": str(DEVICE_ID), "Model ID": str(MODEL_ID), "Task ID": str(row.task_id),
-        "Stream ID": str(STREAM_ID), "Name": t.name, "Type": t.op_type, "OP State": t.op_state,
+        "Step Id": str(row.step), "Device_id": str(DEVICE_ID), "Model ID": str(MODEL_ID),
+        "Task ID": str(row.task_id), "Stream ID": str(STREAM_ID), "Name": t.name, "Type": t.op_type, "OP State": t.op_state,
         "Accelerator Core": t.core, "Start Time(us)": _start(row.start_ns), "Duration(us)": _us(t.duration_ns),
         "Wait Time(us)": _us(row.wait_ns), "Block Num": str(t.block_dim), "Mix Block Num": str(t.mix_block_dim),
         "HF32 Eligible": "NO", "Input Shapes": _shapes(t.in_shapes), "Input Data Types": _na(t.in_dtypes),
