@@ -15,8 +15,12 @@ scope-per-mlp.
 
 A *device measurement* is one launch of a configuration that is timed (the skill: one
 run of 10 profiled steps; sktune: one trial, however many measurement steps it took).
-Profiled steps are counted too. Every time is the emulator's model, never an NPU figure.
-Figures are printed; nothing is asserted.
+Profiled steps are counted too. On a host a new configuration also costs a static-kernel
+compile (minutes: docs/npu_api.md, "Static kernels"), so each side's *estimated host
+time* is its wall time here plus the emulator's stated static-compile seconds of every
+compile it made, with the static-kernel caches as the release keys them (the skill's
+re-runs of one configuration hit them), and without any cache. Every time is the
+emulator's model, never an NPU figure. Figures are printed; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -49,20 +54,30 @@ class SkillProcedure:
         description = self.runner.describe()
         self.space = space_from_description(description)
         self.anchors = dict(superkernel_anchors(self.space, [o["module"] for o in description["ops"]]))
-        self.runs = self.steps = 0
+        self.runs = self.steps = self.compiles = 0
+        self.static_s = self.static_uncached_s = 0.0  # EMULATED static-compile seconds of its compiles
         self.log: list[str] = []
 
     def run(self, params: dict[str, Any] | None, times: int) -> list[float]:
-        """``times`` launches of a configuration (None: SuperKernel off), mean step µs each."""
-        fn = self.runner.reference_fn if params is None else \
-            self.runner.backend.compile(self.runner.graph, self.space.decode(params))
-        return self._time(fn, times)
+        """``times`` launches of a configuration (None: SuperKernel off), mean step µs each.
+        Each launch with a plan compiles it, as each of the skill's runs is a fresh process."""
+        if params is None:
+            return self._time(lambda: self.runner.reference_fn, times)
+        plan = self.space.decode(params)
+        return self._time(lambda: self.runner.backend.compile(self.runner.graph, plan), times)
 
-    def _time(self, fn: Any, times: int) -> list[float]:
+    def _time(self, build: Any, times: int) -> list[float]:
         args = self.runner.args[0]
+        backend = self.runner.backend
         out = []
         for _ in range(times):
-            _, spans = self.runner.backend._profile([lambda: fn(*args)] * STEPS_PER_RUN, with_steps=True)
+            fn = build()
+            _, spans = backend._profile([lambda: fn(*args)] * STEPS_PER_RUN, with_steps=True)
+            static = backend.static_compile_seconds() if fn is not self.runner.reference_fn else None
+            if static:  # recorded at the compiled plan's first call, inside the profile's warm-up
+                self.compiles += 1
+                self.static_s += float(static["seconds"])
+                self.static_uncached_s += float(static.get("uncached_s") or 0.0)
             out.append(statistics.mean(spans))
             self.runs += 1
             self.steps += STEPS_PER_RUN
@@ -122,7 +137,8 @@ class SkillProcedure:
             fn = backend.compile(self.runner.graph, Plan.make(plan.scopes, plan.option_dict))
             self.disable_all_bitwise = not any(compare_outputs(ref, flatten_outputs(fn(*a)))
                                                for ref, a in zip(self.runner.references, self.runner.args))
-            return self._time(fn, times)
+            return self._time(lambda: backend.compile(self.runner.graph, Plan.make(plan.scopes, plan.option_dict)),
+                              times)
         finally:
             backend.compile_options = original  # type: ignore[method-assign]
 
@@ -144,8 +160,10 @@ def main(model: Path, workdir: Annotated[Path, typer.Option()] = Path("bench/ski
     sys.path.insert(0, str(EMULATOR))
     import torch_npu  # noqa: F401  (the emulated Ascend)
 
+    started = time.perf_counter()
     skill = SkillProcedure(model.resolve() if model.is_absolute() else ROOT / model)
     result = skill.tune()
+    skill_wall = time.perf_counter() - started
     final = result["final_params"]
     exact = skill.disable_all_bitwise if final.get("dcci_strategy") == "disable-all" else skill.bitwise(final)
     skill_speedup = result["baseline_us"] / result["final_us"]
@@ -155,6 +173,9 @@ def main(model: Path, workdir: Annotated[Path, typer.Option()] = Path("bench/ski
           f"vs unfused; bitwise: {exact}")
     for line in skill.log:
         print("   ", line)
+    print(f"skill: {skill.compiles} compiles; estimated host time (emulated) {_minutes(skill_wall + skill.static_s)} "
+          f"with the static-kernel cache, {_minutes(skill_wall + skill.static_uncached_s)} without it "
+          f"(wall {skill_wall:.0f} s here)")
 
     summary = Path("sktune-summary.json")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EMULATOR), str(ROOT)])}
@@ -181,6 +202,25 @@ def main(model: Path, workdir: Annotated[Path, typer.Option()] = Path("bench/ski
           f"included); best {data['speedup']:.2f}× vs unfused, bitwise verified: {data['verified_bitwise']}; "
           f"within 2 % of its best after {reach} measurements; an exact plan within 2 % of the skill's final "
           f"time (or faster) after {reach_skill if reach_skill else 'never (in this run)'} measurements")
+    compiled = [t for t in study.trials if t.user_attrs.get("static_compile")]
+    host = data.get("estimated_host_time") or {}
+    if host:
+        print(f"sktune: {len(compiled)} compiles; estimated host time (emulated) {_minutes(host['with_cache_s'])} "
+              f"with the static-kernel cache, {_minutes(host['without_cache_s'] or 0.0)} without it "
+              f"(wall {host['wall_s']:.0f} s here)")
+    print(f"sktune trials by state: {dict(sorted(_states(study).items()))}")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def _states(study: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t in study.trials:
+        key = "SKIPPED" if "skipped" in t.user_attrs else t.state.name
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 if __name__ == "__main__":

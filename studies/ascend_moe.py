@@ -1,9 +1,11 @@
-"""Two MoE layers written the way Ascend serving code is: torch_npu's fused ops for the
+"""Three MoE layers written the way Ascend serving code is: torch_npu's fused ops for the
 gating, the experts and the quantised shared expert. Needs ``torch_npu`` (on this project's
 machines the emulated one: ``PYTHONPATH=tests/npu_emulator``; every number it produces is
 emulated).
 
-Per layer: ``npu_add_rms_norm`` (``npu_rms_norm`` in the first layer), a router linear,
+Per layer: ``npu_add_rms_norm`` (``npu_rms_norm`` in the first layer, as serving code
+norms before any residual exists, so the last two layers repeat op for op and the
+per-layer placement has a unit to stamp), a router linear,
 ``npu_moe_gating_top_k_softmax`` (top 2 of 4 experts), tokens sorted by expert (``argsort``,
 an AI CPU op on Ascend) with per-expert counts as ``group_list``, two
 ``npu_grouped_matmul`` calls around ``npu_swiglu`` (the routed experts, groups along M), the
@@ -22,7 +24,7 @@ import torch
 import torch_npu
 from torch import nn
 
-TOKENS, DIM, HIDDEN, EXPERTS, TOP_K, LAYERS = 16, 64, 64, 4, 2, 2
+TOKENS, DIM, HIDDEN, EXPERTS, TOP_K, LAYERS = 16, 64, 64, 4, 2, 3
 EPS = 1e-6
 
 
