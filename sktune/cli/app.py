@@ -6,6 +6,7 @@ import logging
 
 import typer
 
+from sktune.cli.doctor_cmd import doctor_command
 from sktune.cli.export_cmd import export_command
 from sktune.cli.inspect_cmd import inspect_command
 from sktune.cli.profile_cmd import profile_command
@@ -24,6 +25,7 @@ app.command("inspect")(inspect_command)
 app.command("profile")(profile_command)
 app.command("report")(report_command)
 app.command("export")(export_command)
+app.command("doctor")(doctor_command)
 
 
 def main() -> None:

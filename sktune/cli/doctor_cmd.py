@@ -1,0 +1,66 @@
+"""``sktune doctor``: which of sktune's Ascend assumptions hold on this host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from sktune.cli._errors import err_console, user_errors
+
+if TYPE_CHECKING:
+    from sktune.doctor.records import DoctorReport
+
+_STYLE = {"confirmed": "green", "differs": "yellow", "could not check": "red"}
+
+
+def doctor_command(
+    backend: Annotated[str, typer.Option(help="The backend whose assumptions to check: npu.")] = "npu",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: device, emulated, checks.")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the JSON to this file.")] = None,
+    timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one check may take (a hang ends at it).")] = 900.0,
+    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+) -> None:
+    """Run a tiny model through every guess sktune makes about torch-npu and CANN (markers,
+    options, sk_meta, profiles, fail reasons, static-kernel cache, hang trace, versions);
+    one row per check: confirmed / differs: ... / could not check: ... Exit 0 when it ran."""
+    if backend != "npu":
+        if backend == "inductor":
+            err_console.print("error: sktune doctor checks the Ascend (npu) assumptions; the inductor backend "
+                              "has none to check. Run it with --backend npu on an Ascend host.", highlight=False)
+        else:
+            err_console.print(f"error: unknown backend {backend!r}; sktune doctor checks only npu.",
+                              highlight=False)
+        raise typer.Exit(1)
+    with user_errors(debug):
+        from sktune.doctor.runner import run_doctor
+
+        report, workdir = run_doctor(timeout_s=timeout)
+    data = report.to_json()
+    if output is not None:
+        output.write_text(json.dumps(data, indent=2) + "\n")
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    _print(report, workdir, output)
+
+
+def _print(report: DoctorReport, workdir: Path, output: Path | None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    title = f"sktune doctor on {report.device}" + (" (EMULATED Ascend)" if report.emulated else "")
+    table = Table("check", "status", "detail", title=title)
+    for row in report.checks:
+        style = _STYLE[row.kind]
+        table.add_row(row.name, f"[{style}]{escape(row.status)}[/]", escape(row.detail))
+    console.print(table)
+    counts = {kind: sum(r.kind == kind for r in report.checks) for kind in _STYLE}
+    console.print(", ".join(f"{n} {kind}" for kind, n in counts.items()) + f"; files of this run: {workdir}",
+                  highlight=False)
+    hint = f"wrote {output}" if output else "attach `sktune doctor --json -o doctor.json` to a report"
+    console.print(hint, highlight=False)

@@ -1,0 +1,121 @@
+"""Run every doctor check, each isolated and bounded.
+
+Checks run one after another in this process (the device and the emulator's state are
+per process), each in a daemon thread joined with a timeout: a compile or first forward
+that hangs the device costs one row (``could not check: timed out``), and the checks that
+need the device after it are skipped, since a hung device answers nothing more. The hung
+thread is left behind; it dies with the process. An exception in a check becomes its row.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sktune.doctor import cache_checks, compile_checks, env_checks, meta_checks, profile_checks
+from sktune.doctor.records import CheckResult, DoctorReport, could_not, from_exception
+from sktune.doctor.session import DoctorSession
+
+log = logging.getLogger(__name__)
+
+#: Per check, seconds: a host's first static compile of the tiny model takes minutes.
+DEFAULT_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    run: Callable[[DoctorSession], CheckResult]
+    device: bool = True  # runs something on the device: skipped once a check has hung it
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("versions", env_checks.check_versions, device=False),
+    Check("cann_version", env_checks.check_cann_version, device=False),
+    Check("marker_pairing", compile_checks.check_marker_pairing),
+    Check("options_accepted", compile_checks.check_options_accepted),
+    Check("sk_meta_location", meta_checks.check_sk_meta_location),
+    Check("effective_options_dump", meta_checks.check_effective_options),
+    Check("fail_reason_log", meta_checks.check_fail_reason_log),
+    Check("profile_files", profile_checks.check_profile_files),
+    Check("profile_columns", profile_checks.check_profile_columns),
+    Check("superkernel_rows", profile_checks.check_superkernel_rows),
+    Check("static_cache_option_sets", cache_checks.check_cache_option_sets),
+    Check("static_cache_scope_placements", cache_checks.check_cache_scope_placements),
+    Check("hang_trace_path", env_checks.check_hang_trace_path),
+)
+CHECK_NAMES = tuple(c.name for c in CHECKS)
+
+
+def run_one(check: Check, session: DoctorSession, timeout_s: float) -> CheckResult | None:
+    """The check's row, or None when it did not finish within ``timeout_s``."""
+    box: list[CheckResult] = []
+
+    def target() -> None:
+        try:
+            box.append(check.run(session))
+        except Exception as exc:  # one check's failure is its own row
+            log.debug("doctor check %s raised", check.name, exc_info=True)
+            box.append(from_exception(check.name, exc))
+
+    thread = threading.Thread(target=target, name=f"sktune-doctor-{check.name}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return None
+    if not box:
+        return could_not(check.name, "the check ended without a result")
+    return replace(box[0], name=check.name)
+
+
+def run_checks(session: DoctorSession, checks: Sequence[Check] = CHECKS,
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[CheckResult, ...]:
+    results: list[CheckResult] = []
+    hung: str | None = None
+    for check in checks:
+        if hung is not None and check.device:
+            results.append(could_not(check.name, f"skipped: {hung} did not finish, the device may be hung"))
+            continue
+        result = run_one(check, session, timeout_s)
+        if result is None:
+            hung = check.name
+            result = could_not(check.name, f"timed out after {timeout_s:g} s (a hang?)")
+        results.append(result)
+    return tuple(results)
+
+
+@contextmanager
+def fresh_directory() -> Iterator[Path]:
+    """A new working directory for the run (kept: its profiles and sk_meta are evidence),
+    so that the on-disk static-kernel cache starts empty and nothing lands in the user's."""
+    previous = os.getcwd()
+    path = Path(tempfile.mkdtemp(prefix="sktune-doctor-"))
+    os.chdir(path)
+    try:
+        yield path
+    finally:
+        os.chdir(previous)
+
+
+def run_doctor(timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[DoctorReport, Path]:
+    """Every check on this host's npu backend; raises SktuneError when there is none."""
+    from sktune.backends.npu import NpuBackend
+
+    backend = NpuBackend(for_trials=True)  # the message of torch_npu_version when torch_npu is missing
+    with fresh_directory() as workdir:
+        session = DoctorSession(backend)
+        emulated = backend.emulated
+        results = run_checks(session, timeout_s=timeout_s)
+    if emulated:  # every row says so (README, "The emulated Ascend")
+        results = tuple(replace(r, detail=f"(emulated) {r.detail}".rstrip()) for r in results)
+    device = "npu-emulator" if emulated else backend.environment()["device"] or "npu"
+    return DoctorReport(device, emulated, results), workdir
+
+
+__all__ = ["CHECKS", "CHECK_NAMES", "DEFAULT_TIMEOUT_S", "Check", "run_checks", "run_doctor", "run_one"]
