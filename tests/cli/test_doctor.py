@@ -1,0 +1,142 @@
+"""``sktune doctor``: the first-run checklist, run through the CLI on the emulated Ascend
+(tests/npu_emulator), plus its judging on fake observations. Under the emulator every
+guess holds by construction; what is checked is that each check runs and reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from sktune.doctor import records
+from sktune.doctor.cache_checks import Compile, judge_cache
+from sktune.doctor.meta_checks import judge_effective_options, judge_fail_reason_log, judge_sk_meta_location
+from sktune.doctor.profile_checks import LEVEL0_BASE, judge_profile_columns, judge_superkernel_rows
+from sktune.doctor.runner import CHECK_NAMES, Check, run_checks
+from tests.cli.test_cli import sktune
+from tests.emulated_npu import EMULATOR_PATH
+
+ROOT = Path(__file__).resolve().parents[2]
+SK_ROW = "sk_0_doctor_norm_start_static_kernel_MatMulV2_1a2b_end_static_kernel_Mul_3c4d"
+
+
+def _env(tmp: Path, emulated: bool = True) -> dict[str, str]:
+    paths = [EMULATOR_PATH, str(ROOT)] if emulated else [str(ROOT)]
+    # TMPDIR: the doctor's fresh working directory lands in the test's; no real log dir is touched.
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "TMPDIR": str(tmp),
+            "ASCEND_PROCESS_LOG_PATH": str(tmp / "ascend-log")}
+
+
+@pytest.fixture(scope="module")
+def doctor_json(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("doctor")
+    started = time.monotonic()
+    result = sktune("doctor", "--backend", "npu", "--json", "-o", str(tmp / "doctor.json"), cwd=tmp,
+                    env=_env(tmp), timeout=180)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    data = json.loads(result.stdout)
+    assert json.loads((tmp / "doctor.json").read_text()) == data
+    return {"data": data, "elapsed": elapsed, "cwd": tmp}
+
+
+def test_every_check_runs_and_is_confirmed_under_the_emulator(doctor_json: dict) -> None:
+    data = doctor_json["data"]
+    assert set(data) == {"device", "emulated", "checks"}
+    assert data["device"] == "npu-emulator" and data["emulated"] is True
+    assert [c["name"] for c in data["checks"]] == list(CHECK_NAMES)
+    for check in data["checks"]:
+        assert set(check) == {"name", "status", "detail"}
+        assert records.is_valid_status(check["status"]), check
+        assert check["status"] == "confirmed", check
+        assert check["detail"].startswith("(emulated)"), check
+    assert doctor_json["elapsed"] < 60  # aim: well under 30 s
+    assert not (doctor_json["cwd"] / ".sktune").exists()  # the run's files stay in its own directory
+
+
+def test_the_table_names_every_check(tmp_path: Path) -> None:
+    result = sktune("doctor", cwd=tmp_path, env=_env(tmp_path), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "EMULATED" in result.stdout and "13 confirmed" in result.stdout
+    assert all(name in result.stdout for name in ("marker_pairing", "hang_trace_path"))
+
+
+@pytest.mark.parametrize(("emulated", "args", "message"), [
+    (True, ["--backend", "inductor"], "checks the Ascend (npu) assumptions"),
+    (True, ["--backend", "tpu"], "unknown backend"),
+    (False, [], "the npu backend needs torch-npu"),
+])
+def test_cannot_run_is_one_message(tmp_path: Path, emulated: bool, args: list[str], message: str) -> None:
+    result = sktune("doctor", *args, cwd=tmp_path, env=_env(tmp_path, emulated), timeout=120)
+    assert result.returncode == 1, result.stdout
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+# ----------------------------------------------------------------- judging fake observations
+def test_a_different_header_differs_and_shows_both() -> None:
+    seen = judge_profile_columns(("Step Id", *LEVEL0_BASE[:-1], "Block Dim"))
+    assert seen.kind == "differs" and "Block Dim" in seen.status and "Block Num" in seen.detail
+    assert judge_profile_columns(("Step Id", *LEVEL0_BASE, "Mix Block Num")).kind == "confirmed"
+
+
+def test_superkernel_rows_differ_when_a_scope_is_missing_or_the_form_is_old() -> None:
+    missing = judge_superkernel_rows(["doctor_norm", "doctor_tail"], [{"name": SK_ROW}])
+    assert missing.kind == "differs" and "doctor_tail" in missing.status
+    old = judge_superkernel_rows(["doctor_norm"], [{"name": "sk_doctor_norm_start_MatMulV2_end_Mul_0"}])
+    assert old.kind == "differs" and "sk_<n>_<scope>" in old.status
+    assert judge_superkernel_rows(["doctor_norm"], [{"name": SK_ROW}]).kind == "confirmed"
+    assert judge_superkernel_rows(["doctor_norm"], []).kind == "differs"
+
+
+def test_a_cache_miss_where_a_hit_was_expected_differs() -> None:
+    first = Compile("main", 240.0, False, True)
+    missed = judge_cache("static_cache_option_sets", first, [Compile("main_again", 230.0, True, True)])
+    assert missed.kind == "differs" and "main_again was a miss, expected a hit" in missed.status
+    inexact = judge_cache("static_cache_scope_placements", first, [Compile("other_placement", 3.0, True, False)])
+    assert inexact.kind == "differs" and "other_placement" in inexact.status
+    assert judge_cache("x", first, [Compile("again", 3.0, True, True)]).kind == "confirmed"
+    assert judge_cache("x", Compile("main", 0.0, False, True), []).kind == "could not check"
+
+
+def test_meta_findings_that_differ(tmp_path: Path) -> None:
+    absent = judge_effective_options("absent", "", "no sk_options.json under x/sk_meta", "absent")
+    assert absent.kind == "differs" and "effective_options_checked: false" in absent.detail
+    log = tmp_path / "sk_fusion_fail_reasons.log"
+    unknown = judge_fail_reason_log([log], [("NEW_CANN_REASON", "Node [..] reason: NEW_CANN_REASON, x")])
+    assert unknown.kind == "differs" and "reason: NEW_CANN_REASON, x" in unknown.status
+    assert judge_fail_reason_log([log], [("DEFAULT_NODE", "reason: DEFAULT_NODE")]).kind == "confirmed"
+    assert judge_fail_reason_log([], []).kind == "differs"
+    stray = judge_sk_meta_location(tmp_path / "work", [], [tmp_path / "sk_meta" / "sk_fusion_fail_reasons.log"])
+    assert stray.kind == "differs" and "working directory instead" in stray.status
+
+
+# ----------------------------------------------------------------- isolation and bounds
+def _raises(session: object) -> records.CheckResult:
+    raise ValueError("boom")
+
+
+def _hangs(session: object) -> records.CheckResult:
+    time.sleep(30)
+    raise AssertionError("unreachable in the test")
+
+
+def _fine(session: object) -> records.CheckResult:
+    return records.confirmed("fine", "ok")
+
+
+def test_an_exception_is_its_rows_could_not_check_and_a_hang_is_bounded() -> None:
+    checks = [Check("raises", _raises), Check("fine", _fine), Check("hangs", _hangs), Check("after", _fine),
+              Check("host_only", _fine, device=False)]
+    started = time.monotonic()
+    rows = {r.name: r for r in run_checks(object(), checks, timeout_s=0.5)}  # type: ignore[arg-type]
+    assert time.monotonic() - started < 5
+    assert rows["raises"].status == "could not check: ValueError: boom"
+    assert rows["fine"].status == "confirmed"
+    assert rows["hangs"].status.startswith("could not check: timed out after 0.5 s")
+    assert rows["after"].status.startswith("could not check: skipped: hangs did not finish")
+    assert rows["host_only"].status == "confirmed"
+    assert all(records.is_valid_status(r.status) for r in rows.values())
