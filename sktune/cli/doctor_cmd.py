@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -34,8 +38,8 @@ def doctor_command(
             err_console.print(f"error: unknown backend {backend!r}; sktune doctor checks only npu.",
                               highlight=False)
         raise typer.Exit(1)
-    with user_errors(debug):
-        from sktune.doctor.runner import run_doctor
+    with user_errors(debug), _stdout_to_stderr(as_json):
+        from sktune.doctor.runner import run_doctor, timed_out
 
         report, workdir = run_doctor(timeout_s=timeout)
     data = report.to_json()
@@ -43,8 +47,31 @@ def doctor_command(
         output.write_text(json.dumps(data, indent=2) + "\n")
     if as_json:
         typer.echo(json.dumps(data, indent=2))
+    else:
+        _print(report, workdir, output)
+    if timed_out(report):
+        # A check's thread may still hold a hung device; torch-npu's teardown at exit could
+        # wait on it forever. Everything is written: leave now, with the code of a run that ran.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool) -> Iterator[None]:
+    """torch-npu and CANN print warnings to stdout (also from C): keep it for the JSON alone."""
+    if not active:
+        yield
         return
-    _print(report, workdir, output)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _print(report: DoctorReport, workdir: Path, output: Path | None) -> None:
@@ -54,7 +81,9 @@ def _print(report: DoctorReport, workdir: Path, output: Path | None) -> None:
 
     console = Console()
     title = f"sktune doctor on {report.device}" + (" (EMULATED Ascend)" if report.emulated else "")
-    table = Table("check", "status", "detail", title=title)
+    table = Table(title=title)
+    for header in ("check", "status", "detail"):
+        table.add_column(header, overflow="fold")  # paths are evidence: never cut them short
     for row in report.checks:
         style = _STYLE[row.kind]
         table.add_row(row.name, f"[{style}]{escape(row.status)}[/]", escape(row.detail))

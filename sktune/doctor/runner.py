@@ -18,14 +18,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+
 from sktune.doctor import cache_checks, compile_checks, env_checks, meta_checks, profile_checks
-from sktune.doctor.records import CheckResult, DoctorReport, could_not, from_exception
+from sktune.doctor.records import COULD_NOT, CheckResult, DoctorReport, could_not, from_exception
 from sktune.doctor.session import DoctorSession
 
 log = logging.getLogger(__name__)
 
 #: Per check, seconds: a host's first static compile of the tiny model takes minutes.
 DEFAULT_TIMEOUT_S = 900.0
+TIMED_OUT = f"{COULD_NOT}timed out after"  # the start of a row left running
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ def run_one(check: Check, session: DoctorSession, timeout_s: float) -> CheckResu
 
     def target() -> None:
         try:
+            torch.set_grad_enabled(False)  # per thread: compiles trace inference graphs, as a trial's do
             box.append(check.run(session))
         except Exception as exc:  # one check's failure is its own row
             log.debug("doctor check %s raised", check.name, exc_info=True)
@@ -118,4 +122,9 @@ def run_doctor(timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[DoctorReport, Path
     return DoctorReport(device, emulated, results), workdir
 
 
-__all__ = ["CHECKS", "CHECK_NAMES", "DEFAULT_TIMEOUT_S", "Check", "run_checks", "run_doctor", "run_one"]
+def timed_out(report: DoctorReport) -> bool:
+    """A check was left running (its thread may hold the device)."""
+    return any(r.status.startswith(TIMED_OUT) for r in report.checks)
+
+
+__all__ = ["CHECKS", "CHECK_NAMES", "DEFAULT_TIMEOUT_S", "Check", "run_checks", "run_doctor", "run_one", "timed_out"]
