@@ -140,3 +140,26 @@ def test_an_exception_is_its_rows_could_not_check_and_a_hang_is_bounded() -> Non
     assert rows["after"].status.startswith("could not check: skipped: hangs did not finish")
     assert rows["host_only"].status == "confirmed"
     assert all(records.is_valid_status(r.status) for r in rows.values())
+
+
+def test_cann_version_is_read_where_torch_npu_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sktune.doctor import env_checks
+
+    info = tmp_path / "latest" / "aarch64-linux" / "ascend_toolkit_install.info"
+    info.parent.mkdir(parents=True)
+    info.write_text("package_name=Ascend-cann-toolkit\nversion=8.2.RC1\narch=aarch64\n")
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path / "latest"))
+    monkeypatch.delenv("ASCEND_TOOLKIT_HOME", raising=False)
+    monkeypatch.setattr(env_checks, "DEFAULT_TOOLKIT", tmp_path / "absent")
+    found = env_checks.judge_cann_version(env_checks.cann_version_files())
+    assert found.kind == "confirmed" and "CANN 8.2.RC1" in found.detail
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path / "absent"))
+    assert env_checks.judge_cann_version(env_checks.cann_version_files()).kind == "could not check"
+
+
+def test_a_torch_torch_npu_does_not_pin_differs() -> None:
+    from sktune.doctor.env_checks import judge_versions
+
+    assert judge_versions("2.13.0+cpu", "2.14.0", "full", emulated=False).kind == "differs"
+    assert judge_versions("2.14.0", "2.14.0.post1", "full", emulated=False).kind == "confirmed"
+    assert judge_versions("2.10.0", "2.10.0.post2", "legacy", emulated=False).kind == "differs"
