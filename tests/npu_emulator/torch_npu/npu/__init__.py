@@ -6,6 +6,12 @@ from typing import Any
 
 import torch
 
+# As in torch-npu, the memory and random functions are torch.npu's own; transformers calls
+# them (seeding, memory tracking) once it finds torch_npu (README, "The emulated Ascend").
+from torch_npu.npu import memory, random
+from torch_npu.npu.memory import *  # noqa: F403
+from torch_npu.npu.random import *  # noqa: F403
+
 DEVICE_NAME = "Ascend910B (emulated)"
 
 
@@ -31,6 +37,10 @@ def synchronize(device: Any = None) -> None:
 
 def get_device_name(device: Any = None) -> str:
     return DEVICE_NAME
+
+
+def is_bf16_supported(including_emulation: bool = False) -> bool:
+    return True  # the CPU computes bfloat16; transformers asks before choosing bf16
 
 
 def super_kernel_scope_begin(scope_name: str | None = None) -> None:
