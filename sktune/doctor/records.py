@@ -76,5 +76,5 @@ def _one_line(text: str, limit: int = 600) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-__all__ = ["CONFIRMED", "COULD_NOT", "DIFFERS", "CheckResult", "DoctorReport", "confirmed", "could_not", "differs", "from_exception",
-           "is_valid_status"]
+__all__ = ["CONFIRMED", "COULD_NOT", "DIFFERS", "CheckResult", "DoctorReport", "confirmed", "could_not", "differs",
+           "from_exception", "is_valid_status"]

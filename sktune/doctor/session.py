@@ -61,11 +61,11 @@ class DoctorSession:
     def __init__(self, backend: NpuBackend) -> None:
         self.backend = backend
         self._runs: dict[str, CompiledRun] = {}
+        self._failed: dict[str, Exception] = {}  # label -> its error: a failed compile is not retried
         self._profile: ProfileSeen | None = None
 
     @cached_property
     def tiny(self) -> TinyGraph:
-        torch.set_grad_enabled(False)
         return capture_tiny(self.backend.device)
 
     @cached_property
@@ -83,6 +83,17 @@ class DoctorSession:
         """Compile ``scopes`` with ``options`` (plan options, as the search writes them) and run it once."""
         if label in self._runs:
             return self._runs[label]
+        if label in self._failed:  # minutes on a host: each check that needs it says why instead
+            raise self._failed[label]
+        try:
+            run = self._compile_and_run(label, scopes, options)
+        except Exception as exc:
+            self._failed[label] = exc
+            raise
+        self._runs[label] = run
+        return run
+
+    def _compile_and_run(self, label: str, scopes: tuple[Scope, ...], options: dict[str, Any]) -> CompiledRun:
         from sktune.backends.npu_option_schema import NpuOptionError
         from sktune.verify import compare_outputs, flatten_outputs
 
@@ -100,7 +111,6 @@ class DoctorSession:
                           self.backend.last_static, _absolute(self.backend.last_meta_dir), effective,
                           lambda: compiled(*args))
         log.info("doctor compiled %s: static %s", label, run.static)
-        self._runs[label] = run
         return run
 
     def main_run(self) -> CompiledRun:
