@@ -7,7 +7,8 @@ from docs/superkernel.md and docs/npu_api.md. It exists so that
 
 Surface: ``__version__`` (``$TORCH_NPU_EMULATOR_VERSION``, default 2.14.0; below 2.11.0
 the old SuperKernel key set applies); ``SKTUNE_NPU_DEVICE`` defaults to ``cpu`` (tensors
-stay on the CPU); ``torch.npu`` (= ``torch_npu.npu``); the marker ops
+stay on the CPU); ``torch.npu`` (= ``torch_npu.npu``: device queries, the random functions on
+the CPU generator, memory queries that find nothing allocated); the marker ops
 ``npu::super_kernel_scope_begin/end``; the ``npugraph_ex`` backend and, apart, ``npugraphs``
 (capture and replay only, as in torch-npu);
 ``torch_npu.profiler``; torch_npu's fused ops ``npu_rms_norm``, ``npu_add_rms_norm``,
