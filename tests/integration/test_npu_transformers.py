@@ -48,6 +48,7 @@ def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 def _env(emulated: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SKTUNE_NPU_DEVICE")}
+    env["HF_HUB_OFFLINE"] = "1"  # the model is built from a config: nothing may come from the hub
     if emulated:
         env["PYTHONPATH"] = os.pathsep.join([EMULATOR_PATH, str(ROOT)])
     return env
