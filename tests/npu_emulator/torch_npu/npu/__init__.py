@@ -39,6 +39,11 @@ def get_device_name(device: Any = None) -> str:
     return DEVICE_NAME
 
 
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) bytes, as torch-npu returns them: all of the emulated memory is free."""
+    return memory.TOTAL_BYTES, memory.TOTAL_BYTES
+
+
 def is_bf16_supported(including_emulation: bool = False) -> bool:
     return True  # the CPU computes bfloat16; transformers asks before choosing bf16
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["empty_cache", "mem_get_info", "memory_stats", "memory_allocated", "max_memory_allocated",
+__all__ = ["empty_cache", "memory_stats", "memory_allocated", "max_memory_allocated",
            "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "reset_max_memory_allocated"]
 
 TOTAL_BYTES = 64 * 1024**3  # emulated
@@ -17,11 +17,6 @@ TOTAL_BYTES = 64 * 1024**3  # emulated
 
 def empty_cache() -> None:
     """Nothing is cached."""
-
-
-def mem_get_info(device: Any = None) -> tuple[int, int]:
-    """(free, total) bytes, as torch-npu returns them."""
-    return TOTAL_BYTES, TOTAL_BYTES
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:
