@@ -1,4 +1,4 @@
-"""``torch.npu``'s memory queries, as torch-npu 2.14.0 names them (``torch_npu/npu/memory.py``).
+"""``torch.npu``'s memory queries, as torch-npu 2.14.0 names them (its ``torch_npu.npu.memory``).
 
 The emulated device allocates nothing (its tensors live on the CPU), so every counter is
 0 and all of its memory is free. Its size, 64 GiB, is a chosen constant, not a device's.

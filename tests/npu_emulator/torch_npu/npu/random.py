@@ -1,4 +1,4 @@
-"""``torch.npu``'s random-number functions, as torch-npu 2.14.0 names them (``torch_npu/npu/random.py``).
+"""``torch.npu``'s random-number functions, as torch-npu 2.14.0 names them (its ``torch_npu.npu.random``).
 
 The emulated device's tensors live on the CPU (``SKTUNE_NPU_DEVICE=cpu``), so its random
 ops draw from the CPU's default generator: that is the generator these functions seed and
