@@ -14,12 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sktune.doctor.records import CheckResult, confirmed, could_not, differs
-from sktune.doctor.session import MAIN_OPTIONS, CompiledRun, DoctorSession
+from sktune.doctor.session import CompiledRun, DoctorSession
 
 #: A hit costs under this share of the first (uncached) compile.
 HIT_SHARE = 0.2
-#: The second option set: one key more than the main one, so it has a key of its own.
-OTHER_OPTIONS = {**MAIN_OPTIONS, "early_start": 1}
 
 
 @dataclass(frozen=True)
@@ -55,8 +53,8 @@ def check_cache_option_sets(session: DoctorSession) -> CheckResult:
     if off:
         return could_not(name, off)
     first = session.main_run()
-    other = session.run("other_options", session.tiny.placement, OTHER_OPTIONS)
-    again = session.run("main_again", session.tiny.placement, MAIN_OPTIONS)
+    other = session.run("other_options", session.tiny.placement, session.other_options)
+    again = session.run("main_again", session.tiny.placement, session.main_options)
     # Releases whose key leaves the option map out reuse (stale) kernels for other options.
     keyed = session.backend.static_cache.options_in_key
     return judge_cache(name, _compile(first, False), [_compile(other, not keyed), _compile(again, True)],
@@ -69,7 +67,7 @@ def check_cache_scope_placements(session: DoctorSession) -> CheckResult:
     if off:
         return could_not(name, off)
     first = session.main_run()
-    moved = session.run("other_placement", session.tiny.other_placement, MAIN_OPTIONS)
+    moved = session.run("other_placement", session.tiny.other_placement, session.main_options)
     return judge_cache(name, _compile(first, False), [_compile(moved, True)], _emulated(first))
 
 

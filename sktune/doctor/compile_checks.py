@@ -8,7 +8,7 @@ from typing import Any
 
 from sktune.backends.npu_option_schema import AGGRESSIVE, DEBUG, OPTIMIZE, SCHEMA, KeySet
 from sktune.doctor.records import CheckResult, confirmed, differs
-from sktune.doctor.session import MAIN_OPTIONS, DoctorSession
+from sktune.doctor.session import DoctorSession
 from sktune.space.plan import Plan
 
 #: Matches no kernel: lets a pattern key be sent without changing what it governs.
@@ -41,14 +41,15 @@ def _unpaired_refusal(session: DoctorSession) -> str | None:
     from torch._dynamo import lookup_backend
 
     backend, tiny = session.backend, session.tiny
-    plan = Plan.make(tiny.placement, MAIN_OPTIONS)
+    plan = Plan.make(tiny.placement, session.main_options)
+    options = backend.compile_options(plan)  # outside the try: a bad option is no refusal of the markers
     marked = backend.marked_graph(tiny.graph, plan)
     ends = [n for n in marked.graph.nodes if "super_kernel_scope_end" in str(n.target)]
     marked.graph.erase_node(ends[-1])
     marked.recompile()
     try:
         compiled = lookup_backend("npugraph_ex")(marked, list(tiny.graph.flat_args),
-                                                 options=backend.compile_options(plan))
+                                                 options=options)
         compiled(*tiny.args)  # the refusal may come at the first forward instead
     except Exception as exc:
         return " ".join(f"{type(exc).__name__}: {exc}".split())[:200]

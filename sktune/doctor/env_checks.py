@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from sktune.doctor.records import CheckResult, confirmed, could_not, differs
-from sktune.doctor.session import MAIN_OPTIONS, DoctorSession
+from sktune.doctor.session import DoctorSession
 from sktune.space.plan import Plan
 
 #: Where CANN's toolkit may live, in the order looked at (its set_env.sh exports the first two).
@@ -90,7 +90,7 @@ def check_hang_trace_path(session: DoctorSession) -> CheckResult:
     The device is never made to hang."""
     name = "hang_trace_path"
     backend = session.backend
-    diagnostic = backend.diagnostic_plan(Plan.make(session.tiny.placement, MAIN_OPTIONS))
+    diagnostic = backend.diagnostic_plan(Plan.make(session.tiny.placement, session.main_options))
     if diagnostic is None:
         return could_not(name, f"torch-npu {backend.torch_npu_version} has no debug_op_exec_trace (old key set)")
     try:

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The options of doctor's main compile: the safe dcci flush keeps the gather exact.
+#: The options of doctor's main compile: the safe dcci flush keeps the gather exact (on a
+#: release with dcci keys; the old key set has none, so there the runtime's defaults).
 MAIN_OPTIONS: dict[str, Any] = {"dcci_strategy": "safe"}
 PROFILE_BATCHES = 2
 
@@ -63,6 +64,22 @@ class DoctorSession:
         self._runs: dict[str, CompiledRun] = {}
         self._failed: dict[str, Exception] = {}  # label -> its error: a failed compile is not retried
         self._profile: ProfileSeen | None = None
+
+    @cached_property
+    def main_options(self) -> dict[str, Any]:
+        """``MAIN_OPTIONS`` where the release accepts them, else no options (old key set)."""
+        from sktune.backends.npu_option_schema import OPTIMIZE
+
+        return dict(MAIN_OPTIONS) if "dcci_after_kernel_end" in self.backend.key_set.keys(OPTIMIZE) else {}
+
+    @cached_property
+    def other_options(self) -> dict[str, Any]:
+        """One key more than the main options, so the SuperKernel option map differs:
+        ``early_start`` where the release has it, else ``preload_code`` (old key set)."""
+        from sktune.backends.npu_option_schema import OPTIMIZE
+
+        extra = "early_start" if "early_start" in self.backend.key_set.keys(OPTIMIZE) else "preload_code"
+        return {**self.main_options, extra: 1 if extra == "early_start" else 2}
 
     @cached_property
     def tiny(self) -> TinyGraph:
@@ -115,7 +132,7 @@ class DoctorSession:
 
     def main_run(self) -> CompiledRun:
         """The two-scope placement with the safe flush: what most checks look at."""
-        return self.run("main", self.tiny.placement, MAIN_OPTIONS)
+        return self.run("main", self.tiny.placement, self.main_options)
 
     def profile(self) -> ProfileSeen:
         """Reference and main candidate steps alternating, profiled at Level0 by the backend."""

@@ -65,6 +65,20 @@ def test_the_table_names_every_check(tmp_path: Path) -> None:
     assert all(name in result.stdout for name in ("marker_pairing", "hang_trace_path"))
 
 
+def test_an_old_key_set_release_still_runs_every_check_it_can(tmp_path: Path) -> None:
+    """torch-npu 2.10.0.post2 has no dcci keys: doctor's plans must not ask for them, or every
+    device check would end in an option error instead of an answer (and a refused option
+    would pass for npugraph_ex refusing unpaired markers)."""
+    env = {**_env(tmp_path), "TORCH_NPU_EMULATOR_VERSION": "2.10.0.post2"}
+    result = sktune("doctor", "--json", cwd=tmp_path, env=env, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert not any("NpuOptionError" in c["status"] + c["detail"] for c in checks.values()), checks
+    for name in ("marker_pairing", "options_accepted", "sk_meta_location", "profile_columns", "superkernel_rows"):
+        assert checks[name]["status"] == "confirmed", checks[name]
+    assert checks["versions"]["status"].startswith("differs: ") and "old SuperKernel key set" in checks["versions"]["status"]
+
+
 @pytest.mark.parametrize(("emulated", "args", "message"), [
     (True, ["--backend", "inductor"], "checks the Ascend (npu) assumptions"),
     (True, ["--backend", "tpu"], "unknown backend"),
