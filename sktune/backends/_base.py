@@ -120,6 +120,11 @@ class Backend(ABC):
     def observe(self, reference: Callable[[], object]) -> None:
         """Look at the baseline once before the search (e.g. profile it); default: nothing."""
 
+    def kernel_types_by_op(self, kernelless: Sequence[bool]) -> list[str | None] | None:
+        """The device op type of each graph op (None: it launches no kernel), as the baseline
+        seen by ``observe`` ran them; None when the backend cannot tell (default)."""
+        return None
+
     def diagnostic_plan(self, plan: Plan) -> Plan | None:
         """A variant of ``plan`` that explains a hang when rerun, or None."""
         return None

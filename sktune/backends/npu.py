@@ -33,7 +33,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,7 @@ class NpuBackend(Backend):
         self.key_set: KeySet = check_torch_npu_version(self.torch_npu_version)
         self.device = os.environ.get(DEVICE_ENV, "npu")
         self.kernel_types: tuple[str, ...] = ()  # Ascend op types seen in the baseline profile
+        self.kernel_sequence: tuple[str, ...] = ()  # their order in one baseline step (op range -> types)
         self.ran_ai_cpu = True  # until the baseline profile says otherwise
         self.profile_root = Path(".sktune/npu-profiles")  # relative to the run's working directory
         self.meta_root = Path(".sktune/npu-meta")  # one CANN work path per compile
@@ -200,9 +201,25 @@ class NpuBackend(Backend):
 
     def observe(self, reference: Callable[[], object]) -> None:
         """Profile the baseline once to learn the Ascend op types (for dcci strategies)."""
+        from sktune.measure.ascend_files import find_profile_files
+        from sktune.measure.ascend_summary import kernel_type_sequence
+
         summary = self._profile([reference] * 3, top=10**6)  # every kernel type, not the heaviest few
         self.kernel_types = tuple(sorted({k["type"] for k in summary["top_kernels"]}))
+        self.kernel_sequence = kernel_type_sequence(find_profile_files(summary["profile_dir"]))
         self.ran_ai_cpu = any(core.upper().replace("_", "") == "AICPU" for core in summary["by_core"])
+
+    def kernel_types_by_op(self, kernelless: Sequence[bool]) -> list[str | None] | None:
+        """Unfused, each op that launches a kernel launches one, in graph order: the baseline
+        step's kernels zipped with those ops. None where the counts differ (an op with two
+        kernels, or none that the graph did not foresee): then no op's type is guessed."""
+        launching = [i for i, none in enumerate(kernelless) if not none]
+        if not launching or len(launching) != len(self.kernel_sequence):
+            return None
+        types: list[str | None] = [None] * len(kernelless)
+        for i, op_type in zip(launching, self.kernel_sequence):
+            types[i] = op_type
+        return types
 
     def profile_step(self, fn: Callable[[], object]) -> dict[str, Any]:
         summary = self._profile([fn] * 5)

@@ -1,6 +1,10 @@
 """The SuperKernel option search space: which ``super_kernel_optimize_options`` keys a
 trial varies for a graph (``search_options``, including the ``dcci_strategy`` choice built
 from its op types) and how a trial's parameters become a validated options dict.
+
+dcci strategies (docs/superkernel.md, "Options that may change results"): ``safe`` (a flush
+after every sub-op), ``none`` (no dcci key), ``disable:T`` (no flush around type T) and
+``only:T1+T2`` (flush only around the gather-class types named, none elsewhere).
 """
 
 from __future__ import annotations
@@ -14,7 +18,40 @@ from sktune.backends.npu_option_check import validate_options
 from sktune.backends.npu_option_schema import AGGRESSIVE, FULL_KEY_SET, OPTIMIZE, SPECS, KeySet, NpuOptionError
 
 DCCI_STRATEGY = "dcci_strategy"
+ONLY = "only:"  # flush only around these op types: ``only:GatherV2+IndexAdd``
 _OP_TYPE = re.compile(r"[A-Za-z0-9_-]+")
+# Gather-class Ascend op types: their kernels read indices (scalars) from global memory, so
+# they are the ones a missing flush can make read stale values (docs/superkernel.md, "Options
+# that may change results"). Named by family, as CANN versions add suffixes (GatherV2, V3...).
+_GATHER_CLASS = re.compile(r"(Gather|Scatter|Index|Embedding|Take)[A-Za-z0-9_-]*")
+
+
+def gather_class(op_types: Sequence[str]) -> list[str]:
+    """The gather-class types among ``op_types``, in their order, once each."""
+    return list(dict.fromkeys(t for t in op_types if _GATHER_CLASS.fullmatch(t)))
+
+
+def only_choices(op_types: Sequence[str]) -> list[str]:
+    """``only:`` strategies for a graph: one per gather-class type, one with all of them
+    (the space stays small: one choice per type, not every subset)."""
+    types = gather_class(op_types)
+    choices = [f"{ONLY}{t}" for t in types]
+    if len(types) > 1:
+        choices.append(ONLY + "+".join(types))
+    return choices
+
+
+def only_types(strategy: str) -> frozenset[str] | None:
+    """The op types an ``only:`` strategy flushes around; None for any other strategy."""
+    return frozenset(strategy.removeprefix(ONLY).split("+")) if strategy.startswith(ONLY) else None
+
+
+def culprit_choice(choices: Sequence[str], culprit_types: Sequence[str]) -> str | None:
+    """The ``only:`` choice that flushes around every gather-class type among the culprit's,
+    with the fewest types; None when the culprit holds none or no choice covers them."""
+    wanted = set(gather_class(culprit_types))
+    covering = [c for c in choices if (types := only_types(c)) is not None and wanted <= types]
+    return min(covering, key=lambda c: len(only_types(c) or ())) if wanted and covering else None
 
 
 def search_options(op_types: Sequence[str], key_set: KeySet = FULL_KEY_SET) -> list[OptionSpec]:
@@ -35,12 +72,14 @@ def search_options(op_types: Sequence[str], key_set: KeySet = FULL_KEY_SET) -> l
             raise NpuOptionError(f"op type {t!r} cannot go into a dcci pattern: only letters, digits, '_', '-' "
                                  "(a '.' would match any character)")
         seen[t] = None
-    choices = ("safe", "none", *(f"disable:{t}" for t in seen))
+    choices = ("safe", "none", *(f"disable:{t}" for t in seen), *only_choices(list(seen)))
     # Default "none": what the runtime does when no dcci key is given. "safe" is the value
     # known to keep results (exact_choice), as the field reports say.
     out.append(OptionSpec(DCCI_STRATEGY, choices, "none", True,
                           "safe: dcci_after_kernel_end=['.*']; none: runtime default; disable:T: "
-                          "dcci_disable_on_kernel=['.*T.*'] (can corrupt results silently)", "safe"))
+                          "dcci_disable_on_kernel=['.*T.*']; only:T1+T2: dcci_disable_on_kernel=['.*'] and "
+                          "dcci_after_kernel_end=['.*T1.*', '.*T2.*'] (all but safe can corrupt results silently)",
+                          "safe"))
     return out
 
 
@@ -53,7 +92,14 @@ def dcci_options_for(strategy: str) -> dict[str, list[str]]:
     op_type = strategy.removeprefix("disable:")
     if strategy.startswith("disable:") and _OP_TYPE.fullmatch(op_type):
         return {"dcci_disable_on_kernel": [f".*{op_type}.*"]}
-    raise NpuOptionError(f"unknown dcci strategy {strategy!r}; choose 'safe', 'none' or 'disable:<OpType>'")
+    types = strategy.removeprefix(ONLY).split("+")
+    if strategy.startswith(ONLY) and all(_OP_TYPE.fullmatch(t) for t in types):
+        # A type named in dcci_after_kernel_end keeps its flush although ".*" disables it:
+        # docs/superkernel.md says the before/after lists win over the disable list (the
+        # emulator does so; what real CANN does is unconfirmed: README, emulator guesses).
+        return {"dcci_disable_on_kernel": [".*"], "dcci_after_kernel_end": [f".*{t}.*" for t in types]}
+    raise NpuOptionError(f"unknown dcci strategy {strategy!r}; choose 'safe', 'none', 'disable:<OpType>' or "
+                         "'only:<OpType>[+<OpType>...]'")
 
 
 def optimize_options_from_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -70,4 +116,5 @@ def optimize_options_from_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["DCCI_STRATEGY", "dcci_options_for", "optimize_options_from_params", "search_options"]
+__all__ = ["DCCI_STRATEGY", "ONLY", "culprit_choice", "dcci_options_for", "gather_class", "only_choices",
+           "only_types", "optimize_options_from_params", "search_options"]

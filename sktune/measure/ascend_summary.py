@@ -162,3 +162,14 @@ def _superkernels(rows: pd.DataFrame) -> tuple[SuperKernelTotal, ...]:
         fields = (parsed.scope, parsed.first_op, parsed.last_op, parsed.index) if parsed else (None,) * 4
         out.append(SuperKernelTotal(str(name), *fields, round(float(group["duration_us"].sum()), 3), len(group)))
     return tuple(out)
+
+
+def kernel_type_sequence(files: ProfileFiles) -> tuple[str, ...]:
+    """The op types of the first step's kernels in launch order, markers and duplicates left
+    out: in an unfused run each kernel is one op's (the npu backend maps ops to types with it)."""
+    df = read_kernel_details(files.kernel_details)
+    work = df[~df["is_duplicate"] & ~df["is_marker"] & df["step"].notna() & df["start_ns"].notna()]
+    if work.empty:
+        return ()
+    first = work[work["step"] == work["step"].min()].sort_values("start_ns", kind="stable")
+    return tuple(str(t) for t in first["type"])

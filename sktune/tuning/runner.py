@@ -300,7 +300,11 @@ class TrialRunner:
         if found is None:
             return {"range": None, "runs": runs}
         targets = [op.target for op in self.graph.ops[found[0]:found[1] + 1]]
-        return {"range": list(found), "op_types": sorted(set(targets)), "runs": runs}
+        answer = {"range": list(found), "op_types": sorted(set(targets)), "runs": runs}
+        by_op = self.backend.kernel_types_by_op(self.kernelless)  # the device's op types (npu: dcci patterns)
+        if by_op is not None:
+            answer["kernel_types"] = sorted({t for t in by_op[found[0]:found[1] + 1] if t is not None})
+        return answer
 
     def profile(self, plan_json: dict[str, Any] | None) -> dict[str, Any]:
         """Busy time and gap of the baseline (``None``) or of a plan, kernels named."""
