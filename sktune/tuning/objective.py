@@ -24,6 +24,7 @@ import optuna
 from sktune.space.exactness import Exactness
 from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
+from sktune.tuning.dcci_seed import enqueue_dcci_seed
 from sktune.tuning.protocol import TrialRequest, TrialWorker, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing
@@ -155,6 +156,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             found = worker.bisect(plan, rules.bisect_runs, timeout)
             if not isinstance(found, WorkerFailure):
                 trial.set_user_attr(TrialAttr.SMALLEST_FAILING_RANGE, found)
+                enqueue_dcci_seed(trial, space, found)  # npu: the plan again, flushed only at the culprit
         return float(timing.ratio)
 
     return objective

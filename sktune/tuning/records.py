@@ -40,6 +40,7 @@ class TrialAttr:
     OBSERVED = "observed"  # backend facts about the run (what really fused)
     TIMING = "timing"  # PairedTiming as JSON
     SMALLEST_FAILING_RANGE = "smallest_failing_range"
+    SEEDED_FROM = "seeded_from"  # why it was queued: the bisected trial, range, culprit types (dcci_seed.py)
     SHAPES = "shapes"  # per served shape: weight, timing, mismatches (heaviest first); TIMING is their weighted mean
     STATIC_COMPILE = "static_compile"  # npu: static-kernel compile seconds, uncached_s, emulated (all shapes)
 

@@ -1,0 +1,59 @@
+"""npu dcci from the culprit: after a mismatch is bisected to an op range, the same plan
+with the data-cache flush disabled everywhere except around the gather-class kernels of
+that range (``only:<types>``), queued as the study's next trial.
+
+A gather-class kernel in a SuperKernel without a flush can read stale scalars
+(docs/superkernel.md, "Options that may change results"), while every other flush only
+costs time. The bisection names the culprit's Ascend op types (``TrialRunner.bisect``,
+``kernel_types``), so the fastest repair to try is to flush around those alone. The trial
+goes through ``study.enqueue_trial`` like the anchors (``resume.py``), so resume and many
+workers keep working; it is named ``dcci-from-culprit`` and says which trial it came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import optuna
+
+from sktune.backends.npu_option_space import DCCI_STRATEGY, culprit_choice
+from sktune.space.search_space import SearchSpace
+from sktune.tuning.records import TrialAttr
+
+log = logging.getLogger(__name__)
+
+DCCI_FROM_CULPRIT = "dcci-from-culprit"  # the seed's anchor name
+
+
+def dcci_seed(space: SearchSpace, params: dict[str, Any], found: dict[str, Any]) -> dict[str, Any] | None:
+    """``params`` with the ``only:`` choice that covers the culprit's gather-class types, or
+    None: no dcci choice in the space, no types known, none gather-class, or nothing new."""
+    option = next((o for o in space.options if o.name == DCCI_STRATEGY), None)
+    if option is None or DCCI_STRATEGY not in params or not found.get("kernel_types"):
+        return None
+    choice = culprit_choice(option.sampled_choices, found["kernel_types"])
+    if choice is None or params[DCCI_STRATEGY] == choice:
+        return None  # already flushed there: the mismatch has another cause
+    return {**params, DCCI_STRATEGY: choice}
+
+
+def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: dict[str, Any]) -> str | None:
+    """Queue the culprit's ``only:`` variant of ``trial``'s plan (module docstring); its
+    strategy, or None when there is none to try. Options set outside the sampled domain
+    (a refinement's, fuse-all's) go with it."""
+    params = dcci_seed(space, dict(trial.params), found)
+    if params is None:
+        return None
+    overrides = trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}
+    why = {"trial": trial.number, "range": found.get("range"), "kernel_types": found["kernel_types"]}
+    attrs: dict[str, Any] = {TrialAttr.ANCHOR: DCCI_FROM_CULPRIT, TrialAttr.SEEDED_FROM: why}
+    if overrides:
+        attrs[TrialAttr.OPTION_OVERRIDES] = overrides
+    trial.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)  # a repeat culprit: queued once
+    log.info("trial %d: mismatch in %s; queued it with %s=%s", trial.number, found["kernel_types"],
+             DCCI_STRATEGY, params[DCCI_STRATEGY])
+    return str(params[DCCI_STRATEGY])
+
+
+__all__ = ["DCCI_FROM_CULPRIT", "dcci_seed", "enqueue_dcci_seed"]
