@@ -26,7 +26,13 @@ from sktune.backends.npu_option_schema import (
     _parse_version_fallback,
     check_torch_npu_version,
 )
-from sktune.backends.npu_option_space import dcci_options_for, optimize_options_from_params, search_options
+from sktune.backends.npu_option_space import (
+    culprit_choice,
+    dcci_options_for,
+    only_types,
+    optimize_options_from_params,
+    search_options,
+)
 from sktune.errors import SktuneError
 
 
@@ -352,6 +358,38 @@ def test_dcci_strategies_build_valid_options():
         "aggressive_opt_strategies.value_breaker_bypass": 2, "dcci_strategy": "safe"}) == {
         "early_start": 1, "aggressive_opt_strategies": {"task_breaker_bypass": 1, "value_breaker_bypass": 2},
         "dcci_after_kernel_end": [".*"]}
+
+
+def test_only_choices_come_from_gather_class_types():
+    """One ``only:`` choice per gather-class type seen, one with all; none without gathers."""
+    dcci = {s.name: s for s in search_options(["Add", "GatherV2", "MatMulV2", "ScatterElements"])}["dcci_strategy"]
+    only = [c for c in dcci.choices if c.startswith("only:")]
+    assert only == ["only:GatherV2", "only:ScatterElements", "only:GatherV2+ScatterElements"]
+    assert dcci.exact_choice == "safe" and dcci.default == "none"
+    assert [c for c in search_options(["GatherV2", "Add"])[-1].choices if c.startswith("only:")] == ["only:GatherV2"]
+    assert not any(c.startswith("only:") for c in search_options(["Add", "MatMulV2", "GroupedMatmul"])[-1].choices)
+
+
+def test_only_strategies_round_trip_and_validate():
+    opts = dcci_options_for("only:GatherV2+IndexAdd")
+    assert opts == {"dcci_disable_on_kernel": [".*"], "dcci_after_kernel_end": [".*GatherV2.*", ".*IndexAdd.*"]}
+    validate_options(opts)
+    assert only_types("only:GatherV2+IndexAdd") == {"GatherV2", "IndexAdd"} and only_types("safe") is None
+    # What each kernel gets, by the matcher: a flush after the named types, none elsewhere.
+    assert dcci_pattern_matches(opts["dcci_after_kernel_end"][0], "te_GatherV2_1a2b")
+    assert not any(dcci_pattern_matches(p, "te_MatMulV2_1a2b") for p in opts["dcci_after_kernel_end"])
+    for bad in ("only:", "only:Gather.V2", "only:GatherV2+", "only:A B"):
+        rejects(bad, fn=dcci_options_for, match="unknown dcci strategy")
+    for choice in search_options(["GatherV2", "IndexAdd", "Add"])[-1].choices:
+        validate_options(optimize_options_from_params({"dcci_strategy": choice}))
+
+
+def test_culprit_choice_covers_the_culprits_gathers_with_the_fewest_types():
+    choices = search_options(["Add", "GatherV2", "IndexAdd", "ScatterElements"])[-1].choices
+    assert culprit_choice(choices, ["Add", "GatherV2", "MatMulV2"]) == "only:GatherV2"
+    assert culprit_choice(choices, ["GatherV2", "IndexAdd"]) == "only:GatherV2+IndexAdd+ScatterElements"
+    assert culprit_choice(choices, ["Add", "MatMulV2"]) is None  # no gather in the range: nothing to flush
+    assert culprit_choice(("safe", "none"), ["GatherV2"]) is None  # not in the space: never seeded
 
 
 def test_search_space_follows_the_key_set():

@@ -1,0 +1,99 @@
+"""npu dcci from the culprit, on the emulated Ascend (every time here is emulated).
+
+``studies/ascend_moe.py`` routes tokens with ``index_select`` (GatherV2, a gather-class
+kernel that reads indices from global memory). The emulator corrupts a gather fused without
+a flush (``torch_npu.__doc__``, "Faults"), and charges 0.4 µs per flush. So ``only:GatherV2``
+(no flush but around the gathers) is exact where ``none`` is not, and faster than ``safe``
+(a flush after every sub-op). A mismatch bisected to a range holding a GatherV2 queues the
+same plan with ``only:GatherV2`` through Optuna (``tuning/dcci_seed.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from sktune.space.plan import Plan
+from sktune.space.search_space import SearchSpace
+from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT
+from sktune.tuning.objective import ObjectiveRules, make_objective
+from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult, WorkerFailure
+from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
+from sktune.tuning.runner import RunnerConfig, TrialRunner
+from sktune.tuning.space_setup import space_from_description, targets_of
+
+MOE = Path(__file__).resolve().parents[2] / "studies" / "ascend_moe.py"
+
+
+class InProcessWorker:
+    """The ``TrialWorker`` protocol answered by a runner in this process (no pipe)."""
+
+    def __init__(self, runner: TrialRunner) -> None:
+        self.runner = runner
+
+    def run(self, request: TrialRequest, timeout: float) -> TrialResult | WorkerFailure:
+        return self.runner.run(request)
+
+    def more(self, n_batches: int, timeout: float) -> TimingUpdate | WorkerFailure:
+        return self.runner.more(n_batches)
+
+    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> dict[str, Any] | WorkerFailure:
+        return self.runner.bisect({"plan": plan.to_json(), "max_runs": max_runs})
+
+
+@pytest.fixture(scope="module")
+def moe(npu_emulator: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[TrialRunner, SearchSpace, list[str]]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path_factory.mktemp("dcci"))  # the backend's profiles and CANN work paths
+        runner = TrialRunner(RunnerConfig(str(MOE), backend="npu", input_sets=2))
+    description = runner.describe()
+    return runner, space_from_description(description), targets_of(description)
+
+
+def _whole_model(space: SearchSpace, dcci: str) -> dict[str, Any]:
+    return space.params_for([True] * len(space.blocks), dcci_strategy=dcci)
+
+
+def test_the_space_has_only_gather_and_bisection_names_its_types(moe: tuple) -> None:
+    runner, space, _ = moe
+    dcci = next(o for o in space.options if o.name == "dcci_strategy")
+    assert "GatherV2" in runner.backend.kernel_types
+    assert [c for c in dcci.choices if c.startswith("only:")] == ["only:GatherV2"]
+    by_op = runner.backend.kernel_types_by_op(runner.kernelless)
+    assert by_op is not None
+    assert {t for t, op in zip(by_op, runner.graph.ops) if op.target == "index_select"} == {"GatherV2"}
+
+
+def test_only_gather_is_exact_and_faster_than_safe(moe: tuple, monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    runner, space, _ = moe
+    monkeypatch.chdir(tmp_path)
+    results = {d: runner.run(TrialRequest(space.decode(_whole_model(space, d)), 2)) for d in
+               ("none", "safe", "only:GatherV2")}
+    assert not results["none"].bitwise
+    assert results["safe"].bitwise and results["only:GatherV2"].bitwise
+    # Emulated: 0.4 µs per flush, one after every sub-op under safe, after the gathers alone here.
+    assert results["only:GatherV2"].timing.candidate_s < results["safe"].timing.candidate_s
+
+
+def test_a_bisected_mismatch_queues_the_plan_flushed_only_at_the_culprit(moe: tuple,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    runner, space, targets = moe
+    monkeypatch.chdir(tmp_path)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(direction="minimize")
+    study.enqueue_trial(_whole_model(space, "none"), user_attrs={TrialAttr.ANCHOR: "whole-model"})
+    objective = make_objective(space, InProcessWorker(runner), ObjectiveRules((2,), 120.0, bisect_runs=4),
+                               targets, None)
+    study.optimize(objective, n_trials=2)
+    first, seeded = study.trials
+    found = first.user_attrs[TrialAttr.SMALLEST_FAILING_RANGE]
+    assert first.constraints[BITWISE_CONSTRAINT] > 0 and "GatherV2" in found["kernel_types"]
+    assert seeded.user_attrs[TrialAttr.ANCHOR] == DCCI_FROM_CULPRIT
+    assert seeded.user_attrs[TrialAttr.SEEDED_FROM]["trial"] == first.number
+    assert seeded.params == {**first.params, "dcci_strategy": "only:GatherV2"}
+    assert seeded.constraints[BITWISE_CONSTRAINT] == 0 and seeded.state == optuna.trial.TrialState.COMPLETE
