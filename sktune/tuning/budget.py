@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import optuna
 
 from sktune.tuning.records import (StudyAttr, TrialAttr, feasible_ratios, feasible_trials, heaviest_shape_ratio,
-                                   is_feasible, skipped)
+                                   is_feasible, reused, skipped)
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +64,26 @@ class TrialBudget:
 
     Skipped trials (hopeless by the exactness probe, over the scope cap) take no compile,
     so they do not use up the budget; ``max_skips`` in a row end the search anyway.
+    Reused trials (a plan the study had measured, tuning/reuse.py) take no compile either,
+    but a sampler that has converged proposes nothing else: after ``free_reuses`` in a row
+    without a measured trial, each further one counts as a trial, so the search still
+    ends, at most ``n`` trials later (issue 24).
     """
 
-    def __init__(self, n: int, max_skips: int = 200) -> None:
-        self.n, self.max_skips = n, max_skips
-        self.spent = self.skips_in_a_row = 0
+    def __init__(self, n: int, max_skips: int = 200, free_reuses: int = 10) -> None:
+        self.n, self.max_skips, self.free_reuses = n, max_skips, free_reuses
+        self.spent = self.skips_in_a_row = self.reuses_in_a_row = 0
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if skipped(trial):
             self.skips_in_a_row += 1
+        elif reused(trial):
+            self.reuses_in_a_row += 1
+            self.spent += self.reuses_in_a_row > self.free_reuses
+            self.skips_in_a_row = 0
         else:
             self.spent += 1
-            self.skips_in_a_row = 0
+            self.skips_in_a_row = self.reuses_in_a_row = 0
         if self.spent >= self.n or self.skips_in_a_row >= self.max_skips:
             study.stop()
 
@@ -93,7 +101,9 @@ class Patience:
         self.without_gain = 0
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if skipped(trial) or TrialAttr.ANCHOR in trial.user_attrs:
+        # A reused trial cost nothing and repeats a ratio already in the study: neither a
+        # gain nor a measurement spent without one.
+        if skipped(trial) or reused(trial) or TrialAttr.ANCHOR in trial.user_attrs:
             return
         before = [r for r in feasible_ratios(study) if r != trial.value] or [1.0]
         timing = trial.user_attrs.get(TrialAttr.TIMING) or {}

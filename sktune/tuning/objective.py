@@ -3,7 +3,8 @@
 The same objective runs in ``sktune run`` (a supervised worker process) and in the search
 benchmark's replay (a table of measurements): it takes any ``TrialWorker``. A trial is
 skipped without a compile when the exactness probe calls its plan hopeless or it has more
-scopes than the backend allows, timed in steps with pruning between them, constrained by
+scopes than the backend allows, takes the outcome of an earlier trial of the same plan
+without a compile (``reuse.py``), timed in steps with pruning between them, constrained by
 its mismatch count (≤ 0: bitwise-exact), and, when not exact, bisected for the smallest
 failing op range.
 
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import optuna
+from optuna.trial import TrialState
 
 from sktune.space.exactness import Exactness
 from sktune.space.plan import Plan
@@ -27,6 +29,7 @@ from sktune.space.search_space import SearchSpace
 from sktune.tuning.dcci_seed import enqueue_dcci_seed
 from sktune.tuning.protocol import TrialRequest, TrialWorker, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
+from sktune.tuning.reuse import MeasuredPlans, take_outcome
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing
 from sktune.tuning.storage import worker_tag
 from sktune.tuning.trial_notes import note_result
@@ -54,6 +57,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
                    exactness: Exactness | None) -> Callable[[optuna.Trial], float]:
     """``exactness`` None: no skipping (strategies that do not use the probe)."""
     diagnoses_left = [rules.diagnoses]
+    measured = MeasuredPlans()
     chunks, timeout = rules.chunks, rules.trial_timeout
 
     def fail(trial: optuna.Trial, failure: WorkerFailure) -> TrialFailed:
@@ -90,8 +94,19 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         hopeless = space.over_cap(plan) or (None if anchor or exactness is None else exactness.hopeless(
             plan, targets, space.exact_options, space.fallback_option))
         if hopeless:  # refused or known not to be bitwise: not worth a compile
+            trial.set_user_attr(TrialAttr.COMPILED, False)
             trial.set_user_attr(TrialAttr.SKIPPED, f"skipped: {hopeless}")
             raise optuna.TrialPruned(hopeless)
+        # No plan is measured twice (tuning/reuse.py); an anchor is timed fully, never pruned.
+        earlier = measured.find(trial.study, plan, pruned=not anchor)
+        trial.set_user_attr(TrialAttr.COMPILED, earlier is None)
+        if earlier is not None:
+            state = take_outcome(trial, earlier)
+            if state == TrialState.FAIL:
+                raise TrialFailed(earlier.user_attrs[TrialAttr.FAILURE])
+            if state == TrialState.PRUNED:
+                raise optuna.TrialPruned(earlier.user_attrs[TrialAttr.PRUNED])
+            return float(earlier.value)  # type: ignore[arg-type]
         started = time.perf_counter()
         result = worker.run(TrialRequest(plan, chunks[0]), timeout)
         wall = time.perf_counter() - started

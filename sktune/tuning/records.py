@@ -43,6 +43,8 @@ class TrialAttr:
     SEEDED_FROM = "seeded_from"  # why it was queued: the bisected trial, range, culprit types (dcci_seed.py)
     SHAPES = "shapes"  # per served shape: weight, timing, mismatches (heaviest first); TIMING is their weighted mean
     STATIC_COMPILE = "static_compile"  # npu: static-kernel compile seconds, uncached_s, emulated (all shapes)
+    COMPILED = "compiled"  # whether its plan went to the worker (False: skipped or reused: no device cost)
+    REUSED_FROM = "reused_from"  # the earlier trial of the same plan whose outcome it took (tuning/reuse.py)
 
 
 class StudyAttr:
@@ -88,6 +90,11 @@ def has_ratio(trial: FrozenTrial) -> bool:
 def skipped(trial: FrozenTrial) -> bool:
     """Skipped without a compile: hopeless by the exactness probe, or over the scope cap."""
     return TrialAttr.SKIPPED in trial.user_attrs
+
+
+def reused(trial: FrozenTrial) -> bool:
+    """Not compiled: the study had measured its plan already and it took that outcome."""
+    return TrialAttr.REUSED_FROM in trial.user_attrs
 
 
 def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:

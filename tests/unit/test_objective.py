@@ -68,6 +68,12 @@ def fuse_all(space: SearchSpace, **kw: Any) -> dict[str, Any]:
     return space.params_for([True] * len(space.blocks), **kw)
 
 
+def distinct(space: SearchSpace) -> list[dict[str, Any]]:
+    """Three exact-looking plans that differ (a plan the study has measured is not run again)."""
+    return [fuse_all(space, fallbacks=["mean"]), fuse_all(space, fallbacks=["mean"], max_fusion_size=16),
+            fuse_all(space, fallbacks=["mean"], split_all=True)]
+
+
 def run_study(space: SearchSpace, worker: ScriptedWorker, queued: list[tuple[dict[str, Any], dict[str, Any]]],
               rules: ObjectiveRules | None = None, exactness: Exactness | None = None,
               budget: int | None = None) -> optuna.Study:
@@ -123,8 +129,8 @@ def test_inexact_trial_is_constrained_by_its_mismatch_count_timed_once_and_bisec
 
 def test_failed_run_is_a_failed_trial_with_its_reason_and_the_study_goes_on(space: SearchSpace) -> None:
     worker = ScriptedWorker([WorkerFailure("crash", "worker killed by signal 11", "Traceback ..."), result(0.9)])
-    params = fuse_all(space, fallbacks=["mean"])
-    study = run_study(space, worker, [(params, {}), (params, {})])
+    first, second, _ = distinct(space)
+    study = run_study(space, worker, [(first, {}), (second, {})])
     failed, ok = study.trials
     assert failed.state == optuna.trial.TrialState.FAIL
     assert failed.user_attrs[TrialAttr.FAILURE] == "crash: worker killed by signal 11"
@@ -137,8 +143,8 @@ def test_hung_trials_are_rerun_with_the_diagnostic_plan_within_the_budget(space:
     debug = Plan.make([], {"debug": True})
     worker = ScriptedWorker([hang, hang, hang])
     rules = ObjectiveRules(CHUNKS, 60.0, diagnoses=1, diagnostic_plan=lambda plan: debug)
-    params = fuse_all(space, fallbacks=["mean"])
-    study = run_study(space, worker, [(params, {}), (params, {})], rules=rules)
+    one, other, _ = distinct(space)
+    study = run_study(space, worker, [(one, {}), (other, {})], rules=rules)
     first, second = study.trials
     assert [c[1].plan for c in worker.calls] == [Plan.from_json(first.user_attrs[TrialAttr.PLAN]), debug,
                                                  Plan.from_json(second.user_attrs[TrialAttr.PLAN])]
@@ -149,8 +155,8 @@ def test_hung_trials_are_rerun_with_the_diagnostic_plan_within_the_budget(space:
 
 def test_clearly_slower_candidate_is_pruned_after_its_first_step(space: SearchSpace) -> None:
     worker = ScriptedWorker([result(0.5), result(0.9, width=0.02)])
-    params = fuse_all(space, fallbacks=["mean"])
-    study = run_study(space, worker, [(params, {}), (params, {})])
+    first, second, _ = distinct(space)
+    study = run_study(space, worker, [(first, {}), (second, {})])
     best, slow = study.trials
     assert best.state == optuna.trial.TrialState.COMPLETE
     assert slow.state == optuna.trial.TrialState.PRUNED
@@ -161,8 +167,8 @@ def test_clearly_slower_candidate_is_pruned_after_its_first_step(space: SearchSp
 
 def test_anchors_are_timed_fully_even_when_slower(space: SearchSpace) -> None:
     worker = ScriptedWorker([result(0.5), result(0.9)])
-    params = fuse_all(space, fallbacks=["mean"])
-    study = run_study(space, worker, [(params, {}), (params, {TrialAttr.ANCHOR: "fuse-all"})])
+    first, second, _ = distinct(space)
+    study = run_study(space, worker, [(first, {}), (second, {TrialAttr.ANCHOR: "fuse-all"})])
     assert study.trials[1].state == optuna.trial.TrialState.COMPLETE
     assert [c[0] for c in worker.calls].count("more") == 4
 
@@ -209,8 +215,7 @@ def test_several_shapes_prune_on_the_best_trials_ratio_at_the_heaviest_shape(spa
     # slower, though 0.8 is above the best's weighted score; one at 0.95 is.
     worker = ScriptedWorker([result(0.9), result(0.4), result(0.4), result(0.8), result(0.8), result(0.8),
                              result(0.95, width=0.02)])
-    params = fuse_all(space, fallbacks=["mean"])
-    study = run_study(space, worker, [(params, {}), (params, {}), (params, {})],
+    study = run_study(space, worker, [(params, {}) for params in distinct(space)],
                       rules=ObjectiveRules(CHUNKS, 60.0, shapes=SHAPES))
     best, close, slow = study.trials
     assert best.value < 0.8

@@ -1,0 +1,96 @@
+"""No plan is measured twice: a trial whose plan the study has already measured takes
+that trial's outcome instead of a compile (issue 24: on an Ascend host a compile costs
+minutes).
+
+Plans match on their JSON (``TrialAttr.PLAN``: scopes and options after every override).
+The earlier trial is looked up in the study's own stored trials, so the rule holds across
+resumed runs and across workers sharing one storage. Only finished trials are looked up:
+two workers that start the same plan at the same moment may both measure it.
+
+What is taken, by the earlier trial's state:
+
+* COMPLETE: its value and its bitwise constraint, so that the sampler learns from the
+  copy as from the original, and its result attributes (timing, mismatches, shapes,
+  groups, regions), so that the summary, the report and the anchors read it like any
+  measured trial (``records.top_records`` keeps one trial per plan).
+* PRUNED by the clearly-worse pruner: pruned again, with the same intermediate values.
+  The best exact ratio only falls during a study, so the plan would be pruned again.
+  An anchor is timed in full (its time is a yardstick), so it does not take a pruned
+  outcome: it runs.
+* FAIL with a reason from the worker (hang, crash, compile error): failed again, not
+  retried. A hang may take an Ascend device down (docs/superkernel.md), and a compile
+  error repeats. A trial that failed only because its run was killed
+  (``storage.fail_orphaned_trials``), or that failed with no recorded reason (the run
+  was interrupted), did not fail because of its plan, so its plan runs again.
+
+Skipped trials (exactness probe, scope cap) are never reused: the objective decides a
+skip before this lookup, for each trial anew. An anchor is never skipped by the probe,
+even when a sampled trial with its plan was. Reused trials are never reused either: a
+copy always names the trial that was measured.
+"""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from sktune.space.plan import Plan
+from sktune.tuning.records import TrialAttr, reused, skipped
+
+# The result attributes a copy carries. Costs (compile_s, measure_s, overhead_s,
+# static_compile) and the run's own facts (observed) stay with the trial that paid them.
+RESULT_ATTRS = (TrialAttr.TIMING, TrialAttr.MISMATCHES, TrialAttr.SHAPES, TrialAttr.GROUPS, TrialAttr.REGIONS,
+                TrialAttr.SMALLEST_FAILING_RANGE, TrialAttr.PRUNED, TrialAttr.FAILURE)
+INTERRUPTED = "interrupted:"  # the start of storage.fail_orphaned_trials' reason
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+NOT_PRUNED = (TrialState.COMPLETE, TrialState.FAIL)
+
+
+def reusable(trial: FrozenTrial) -> bool:
+    """Whether a finished trial's outcome stands for its plan (module docstring)."""
+    if skipped(trial) or reused(trial) or TrialAttr.PLAN not in trial.user_attrs:
+        return False
+    if trial.state == TrialState.FAIL:
+        reason = trial.user_attrs.get(TrialAttr.FAILURE)
+        return bool(reason) and not str(reason).startswith(INTERRUPTED)
+    if trial.state == TrialState.PRUNED:
+        return TrialAttr.PRUNED in trial.user_attrs
+    return trial.state == TrialState.COMPLETE and trial.value is not None
+
+
+class MeasuredPlans:
+    """The study's reusable trials by plan. One per objective, hence per study: each
+    finished trial's key is computed once (a finished trial does not change)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[int, str | None] = {}
+
+    def find(self, study: optuna.Study, plan: Plan, pruned: bool = True) -> FrozenTrial | None:
+        """The earliest reusable trial of ``plan`` in ``study``, or None. ``pruned`` False:
+        not a pruned one (an anchor is timed in full: it is a yardstick)."""
+        key = plan.dumps()
+        for trial in study.get_trials(deepcopy=False, states=FINISHED if pruned else NOT_PRUNED):
+            if trial.number not in self._keys:
+                self._keys[trial.number] = (json.dumps(trial.user_attrs[TrialAttr.PLAN], sort_keys=True)
+                                            if reusable(trial) else None)
+            if self._keys[trial.number] == key:
+                return trial
+        return None
+
+
+def take_outcome(trial: optuna.Trial, earlier: FrozenTrial) -> TrialState:
+    """Record ``earlier``'s outcome on ``trial`` (attributes, constraint, intermediate
+    values) and return the state ``trial`` must end in; the caller ends it so."""
+    trial.set_user_attr(TrialAttr.REUSED_FROM, earlier.number)
+    for key in RESULT_ATTRS:
+        if key in earlier.user_attrs:
+            trial.set_user_attr(key, earlier.user_attrs[key])
+    for name, value in earlier.constraints.items():
+        trial.set_constraint(name, value)
+    if earlier.state == TrialState.PRUNED:
+        for step, value in sorted(earlier.intermediate_values.items()):
+            trial.report(value, step)
+    return earlier.state
+
