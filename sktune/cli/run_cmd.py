@@ -198,7 +198,8 @@ def _print_summary(data: dict[str, Any]) -> None:
         console.print(f"best exact plan: {verdict}; times {source}")
     console.print(
         f"trials: {data['n_trials']} ({data['n_complete']} complete, {data['n_infeasible']} infeasible "
-        f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed); "
+        f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed; "
+        f"{data.get('n_reused', 0)} reused an earlier trial of the same plan, not compiled); "
         f"verified on {data['input_sets']} input sets; {data['threads']} thread(s)"
     )
     beaten = [a for a in data.get("anchors") or [] if a["best_speedup_over"] and a["anchor"] != "unfused"]

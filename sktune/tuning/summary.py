@@ -10,7 +10,7 @@ import optuna
 from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan
 from sktune.tuning.records import (StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
-                                   speedup_interval, speedup_of)
+                                   reused, speedup_interval, speedup_of)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
 
@@ -48,6 +48,8 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "n_infeasible": sum(1 for r in complete if not r.feasible),
         "n_failed": sum(1 for r in recs if r.state == "FAIL"),
         "n_pruned": sum(1 for r in recs if r.state == "PRUNED"),
+        # Counted above too, by the state they took: each reused an earlier trial of its plan (tuning/reuse.py).
+        "n_reused": sum(1 for t in study.get_trials(deepcopy=False) if reused(t)),
         "stopped_early": study.user_attrs.get(StudyAttr.STOPPED_EARLY),
         "finalists": study.user_attrs.get(StudyAttr.FINALISTS),
         "input_sets": study.user_attrs.get(StudyAttr.INPUT_SETS),
