@@ -3,7 +3,10 @@
 A replayed trial runs through sktune's own objective and loop (``tuning/objective.py``,
 ``tuning/loop.py``: the same skipping, pruning, budget, patience and constraint); only
 the worker differs: it looks the plan up in the table instead of compiling and timing
-it, so 20 seeds × 4 strategies cost seconds. Strategies:
+it, so 20 seeds × 4 strategies cost seconds. As in a real run, a trial whose plan the
+study has measured already takes that outcome without asking the worker
+(``tuning/reuse.py``): the worker counts the compiles and measurements it was asked
+for, which is what a device would have spent. Strategies:
 
 * ``sktune``: what ``sktune run`` does — anchors and profile-guided seeds first, then
   sktune's sampler; plans the exactness probe calls hopeless are skipped without a
@@ -42,16 +45,28 @@ CHECKPOINTS = (10, 30, 60)
 
 @dataclass(frozen=True)
 class Run:
-    """One strategy, one seed: the best exact ratio after each measured trial."""
+    """One strategy, one seed: after each trial that was not skipped, the best exact ratio
+    and how many compiles and measurements the worker had made so far (a trial that
+    reused an earlier one's plan made neither: tuning/reuse.py)."""
 
     strategy: str
     seed: int
     best_so_far: tuple[float, ...]  # inf until the first exact trial
     max_trials: int  # the budget (a run that stopped early for lack of gains has fewer entries)
+    compiles: tuple[int, ...] = ()  # cumulative, one per entry of best_so_far
+    measurements: tuple[int, ...] = ()  # cumulative: compiles that gave a timing
 
     def trials_to(self, target: float) -> int | None:
-        """Measured trials until the best exact ratio is ≤ ``target`` (None: never)."""
+        """Trials (not skipped) until the best exact ratio is ≤ ``target`` (None: never)."""
         return next((k + 1 for k, b in enumerate(self.best_so_far) if b <= target), None)
+
+    def compiles_to(self, target: float) -> int | None:
+        k = self.trials_to(target)
+        return None if k is None else self.compiles[k - 1]
+
+    def measurements_to(self, target: float) -> int | None:
+        k = self.trials_to(target)
+        return None if k is None else self.measurements[k - 1]
 
     def best_after(self, k: int) -> float:
         return self.best_so_far[min(k, len(self.best_so_far)) - 1]
@@ -72,11 +87,14 @@ class TableWorker:
     def __init__(self, measurements: dict[str, dict[str, Any]]) -> None:
         self.measurements = measurements
         self._last: PairedTiming | None = None
+        self.compiles = self.timed = 0  # what a device would have done: the benchmark's cost
 
     def run(self, request: TrialRequest, timeout: float) -> TrialResult | WorkerFailure:
         m = self.measurements[request.plan.dumps()]
+        self.compiles += 1
         if m["ratio"] is None:  # did not compile: a failed trial
             return WorkerFailure("error", m.get("error") or "did not compile")
+        self.timed += 1
         lo, hi = m.get("ratio_ci") or (m["ratio"], m["ratio"])
         self._last = PairedTiming(1.0, m["ratio"], m["ratio"], (lo, hi), 1)
         # Tables record whether a plan was bitwise (and, since the one objective, how many outputs differed).
@@ -116,16 +134,18 @@ def replay(data: dict[str, Any], strategy: str, seed: int, max_trials: int, pati
             study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name})
     chunks = EFFORTS["default"].chunks
     ours = strategy in ("sktune", "sktune-sampler")
-    objective = make_objective(space, TableWorker(data["measurements"]), ObjectiveRules(chunks, math.inf),
-                               targets_of(description), exactness_from_description(description) if ours else None)
-    history: list[float] = []
+    worker = TableWorker(data["measurements"])
+    objective = make_objective(space, worker, ObjectiveRules(chunks, math.inf), targets_of(description),
+                               exactness_from_description(description) if ours else None)
+    history: list[tuple[float, int, int]] = []
 
     def best_so_far(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if not skipped(trial):  # skipped trials cost nothing, as in a real run
-            history.append(min(feasible_ratios(study), default=math.inf))
+            history.append((min(feasible_ratios(study), default=math.inf), worker.compiles, worker.timed))
 
     search(study, objective, Effort(max_trials, chunks, patience, confirm_top=0), callbacks=[best_so_far])
-    return Run(strategy, seed, tuple(history), max_trials)
+    best, compiles, timed = zip(*history) if history else ((), (), ())
+    return Run(strategy, seed, tuple(best), max_trials, tuple(compiles), tuple(timed))
 
 
 def with_capabilities(description: dict[str, Any]) -> dict[str, Any]:
@@ -149,17 +169,19 @@ def with_capabilities(description: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize(runs: Sequence[Run], best: float, tolerance: float = 0.02) -> dict[str, dict[str, Any]]:
-    """Per strategy: median trials to within ``tolerance`` of the exhaustive best, best after k trials."""
+    """Per strategy: median trials, compiles and measurements to within ``tolerance`` of the
+    exhaustive best, best after k trials."""
     out: dict[str, dict[str, Any]] = {}
+    target = best * (1 + tolerance)
     for strategy in dict.fromkeys(r.strategy for r in runs):
         mine = [r for r in runs if r.strategy == strategy]
-        reached = [r.trials_to(best * (1 + tolerance)) for r in mine]
+        reached = [r.trials_to(target) for r in mine]
         limit = mine[0].max_trials
-        # Seeds that never got there count as "more than the budget" (the median stays honest).
-        as_numbers = [t if t is not None else limit + 1 for t in reached]
         row: dict[str, Any] = {
             "seeds": len(mine),
-            "trials_to_target_median": statistics.median(as_numbers),
+            "trials_to_target_median": _median(reached, limit),
+            "compiles_to_target_median": _median([r.compiles_to(target) for r in mine], limit),
+            "measurements_to_target_median": _median([r.measurements_to(target) for r in mine], limit),
             "trials_to_target": reached,
             "never_reached": sum(t is None for t in reached),
         }
@@ -169,3 +191,9 @@ def summarize(runs: Sequence[Run], best: float, tolerance: float = 0.02) -> dict
             row[f"gap_after_{k}_median_pct"] = statistics.median((x / best - 1) * 100 for x in ratios)
         out[strategy] = row
     return out
+
+
+def _median(counts: Sequence[int | None], limit: int) -> float:
+    """Median over seeds; a seed that never got there counts as "more than the budget"
+    (``limit + 1``), so the median stays honest."""
+    return statistics.median(c if c is not None else limit + 1 for c in counts)
