@@ -187,8 +187,8 @@ def _print_summary(data: dict[str, Any]) -> None:
     console.print(table)
     if data["speedup"]:
         if data.get("best_fuses_nothing"):
-            verdict = ("keep the model unfused: no exact fusion plan beat the unfused graph "
-                       "(the best is the unfused plan itself)")
+            reason = data.get("keep_unfused_reason") or "the best is the unfused plan itself"
+            verdict = f"keep the model unfused: {reason}"
         elif data["significant"]:
             verdict = "faster than unfused (interval excludes 1)"
         else:

@@ -101,8 +101,9 @@ def verdict(summary: dict[str, Any]) -> str:
     if summary.get("best_trial") is None:
         return "No bitwise-exact plan completed: there is nothing to recommend."
     if summary.get("best_fuses_nothing"):
-        return (f"Keep the model unfused: no bitwise-exact plan that fuses anything beat the unfused baseline "
-                f"(the best, trial #{summary['best_trial']}, fuses nothing: speedup 1.00× by construction).")
+        reason = summary.get("keep_unfused_reason") or "no fused plan beat the unfused baseline"
+        return (f"Keep the model unfused: {reason} (the best, trial #{summary['best_trial']}, fuses nothing: "
+                "speedup 1.00× by construction).")
     speed, (lo, hi) = summary["speedup"], summary["speedup_ci"]
     interval = f"{speed:.2f}× [{lo:.2f}, {hi:.2f}]"
     if not summary.get("verified_bitwise"):

@@ -29,6 +29,9 @@ def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
     from sktune.tuning.summary import summary
 
     data = summary(study)
+    if data["best_plan"] is None and data.get("keep_unfused_reason"):
+        raise ExportError(f"study {study.study_name!r}: keep the model as it is, unfused "
+                          f"({data['keep_unfused_reason']}); its unfused trial did not complete: no plan to export")
     if data["best_plan"] is None:
         raise ExportError(
             f"study {study.study_name!r} has no bitwise-exact completed trial "
@@ -55,6 +58,9 @@ def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, An
             "speedup": data["speedup"],
             "speedup_ci": data["speedup_ci"],
             "significant": data["significant"],
+            # The plan fuses nothing: keep the model unfused, and why (tuning/finalists.py).
+            "keep_unfused": data["best_fuses_nothing"],
+            "keep_unfused_reason": data.get("keep_unfused_reason"),
             "baseline_s": data["baseline_s"],
             "best_s": data["best_s"],
             "timing_source": data.get("timing_source"),
@@ -88,7 +94,9 @@ def _verified_shapes(attrs: dict[str, Any], data: dict[str, Any]) -> dict[str, A
 
 def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
     if data.get("best_fuses_nothing"):
-        return ["# Measured: no bitwise-exact plan that fuses anything beat the unfused model: keep it unfused.",
+        reason = data.get("keep_unfused_reason") or "no fused plan beat the unfused model"
+        return ["# Measured: no bitwise-exact plan that fuses anything was measurably faster than the unfused",
+                f"# model: keep it unfused ({reason}).",
                 "# (This plan fuses nothing: every op runs as in eager mode.)"]
     lo, hi = data["speedup_ci"]
     verdict = "significant" if data["significant"] else "not significant: the interval includes 1"

@@ -1,5 +1,5 @@
-"""After the search: the finalists re-measured side by side, then the baseline and the
-best plan profiled (busy time and gap explain the speedup)."""
+"""After the search: the finalists re-measured side by side with the unfused plan, then
+the baseline and the best plan profiled (busy time and gap explain the speedup)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from typing import Any
 
 import optuna
 
+from sktune.graph.grouping import group_ops
+from sktune.space.plan import Plan
 from sktune.tuning.protocol import WorkerFailure
-from sktune.tuning.records import StudyAttr, TrialAttr, anchor_record, best_record, top_records
+from sktune.tuning.records import (StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, speedup_of,
+                                   top_records)
 from sktune.tuning.shapes import outcomes_of, weighted_timing
 from sktune.tuning.worker import SupervisedWorker
 
@@ -18,16 +21,24 @@ log = logging.getLogger(__name__)
 
 def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: float, top: int,
                       shapes: tuple[tuple[str, float], ...] = ()) -> None:
-    """Re-time the ``top`` best exact plans and fuse-all together, in one interleaved round.
+    """Re-time the ``top`` best exact plans, fuse-all and the unfused plan in one interleaved round.
 
     The best trial is the minimum of many noisy ratios; the measurement that picked it is
-    biased low (winner's curse). The finalists are re-measured side by side and the one
-    with the best re-measured ratio is named best; the summary reports these times.
+    biased low (winner's curse). The finalists are re-measured side by side, and a fused
+    plan is named best only when its re-measured interval lies wholly below 1.0
+    (``finalist_verdict``); otherwise the verdict is "keep unfused". The unfused plan
+    timed as a candidate against its own baseline is the round's noise floor.
     Several shapes: one round per shape, combined into the weighted timing.
     """
     finalists = top_records(study, top)
     fuse_all = anchor_record(study, "fuse-all")
-    plans = [r.plan for r in finalists] + ([fuse_all.plan] if fuse_all is not None else [])
+    unfused = anchor_record(study, "unfused")
+    unfused = unfused if unfused is not None and unfused.feasible else None
+    measured = finalists + [r for r in (fuse_all, unfused) if r is not None]
+    plans: list[dict[str, Any]] = []  # each distinct plan once (unfused may be a finalist too)
+    for r in measured:
+        if r.plan not in plans:
+            plans.append(r.plan)  # type: ignore[arg-type]
     if not plans:
         return
     names: list[str | None] = [name for name, _ in shapes] or [None]
@@ -38,15 +49,47 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
             log.warning("re-measuring the finalists failed: %s", result.reason)
             return
         rounds[name] = result["timings"]
-    records = finalists + ([fuse_all] if fuse_all is not None else [])
-    entries = [_remeasured(study, r.number, k, rounds, shapes) for k, r in enumerate(records)]
-    remeasured = entries[:len(finalists)]
+    entry = {r.number: _remeasured(study, r.number, plans.index(r.plan), rounds, shapes)  # type: ignore[arg-type]
+             for r in measured}
+    remeasured = [entry[r.number] for r in finalists]
     study.set_user_attr(StudyAttr.FINALISTS, remeasured)
-    if remeasured:
-        best = min(remeasured, key=lambda f: f["timing"]["ratio"])
-        study.set_user_attr(StudyAttr.CONFIRM_BEST, {**best, "bitwise": True})
+    if unfused is not None:
+        study.set_user_attr(StudyAttr.CONFIRM_UNFUSED, entry[unfused.number])
+    n_ops = len(study.user_attrs.get(StudyAttr.OPS) or [])
+    fused = [(r, entry[r.number]) for r in finalists if group_ops(n_ops, Plan.from_json(r.plan).scopes)]
+    verdict = finalist_verdict([e for _, e in fused], entry[unfused.number] if unfused else None)
+    if verdict is not None:
+        study.set_user_attr(StudyAttr.CONFIRM_BEST, verdict)
     if fuse_all is not None:
-        study.set_user_attr(StudyAttr.CONFIRM_FUSE_ALL, {**entries[-1], "bitwise": fuse_all.feasible})
+        study.set_user_attr(StudyAttr.CONFIRM_FUSE_ALL, {**entry[fuse_all.number], "bitwise": fuse_all.feasible})
+
+
+def finalist_verdict(fused: list[dict[str, Any]], unfused: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The study's best after the finalists' round (``StudyAttr.CONFIRM_BEST``).
+
+    ``fused``: the re-measured entries of the finalists that fuse something; ``unfused``:
+    the unfused plan's entry in the same round. Every entry's timing is paired against the
+    baseline in that round, so a fused plan is named best only when its ratio interval lies
+    wholly below 1.0 (design.md, "Measuring": faster only when the interval excludes 1);
+    among those, the smallest ratio. Otherwise "keep unfused": the unfused plan's entry,
+    with the reason. None: nothing to name (no fused finalist and no unfused trial).
+    """
+    faster = [e for e in fused if e["timing"]["ratio_ci"][1] < 1.0]
+    if faster:
+        return {**min(faster, key=lambda e: e["timing"]["ratio"]), "bitwise": True}
+    if not fused and unfused is None:
+        return None
+    rejected = None
+    reason = "no exact finalist fuses anything"
+    if fused:
+        best = min(fused, key=lambda e: e["timing"]["ratio"])
+        lo, hi = best["timing"]["ratio_ci"]
+        rejected = {"trial": best["trial"], "ratio": best["timing"]["ratio"], "ratio_ci": [lo, hi]}
+        reason = (f"the fastest fused finalist (trial #{best['trial']}, {speedup_of(best['timing']['ratio']):.2f}x) "
+                  f"re-measured at a time-ratio interval [{lo:.3f}, {hi:.3f}] against unfused: not wholly below 1.0")
+    # No exact unfused trial to name instead (it failed): best_record then names no plan.
+    named = unfused if unfused is not None else {"trial": None}
+    return {**named, "bitwise": True, "keep_unfused_reason": reason, "rejected_best": rejected}
 
 
 def _remeasured(study: optuna.Study, number: int, k: int, rounds: dict[str | None, list[dict[str, Any]]],

@@ -70,6 +70,7 @@ class StudyAttr:
     FINALISTS = "finalists"
     CONFIRM_BEST = "confirm_best"
     CONFIRM_FUSE_ALL = "confirm_fuse_all"
+    CONFIRM_UNFUSED = "confirm_unfused"  # the unfused plan timed as a finalist: the round's noise floor
     PROFILE_BASELINE = "profile_baseline"
     PROFILE_BEST = "profile_best"
     PROFILE_BEST_TRIAL = "profile_best_trial"
@@ -171,8 +172,9 @@ def top_records(study: optuna.Study, k: int) -> list[TrialRecord]:
 
 
 def best_record(study: optuna.Study) -> TrialRecord | None:
-    """The best exact trial: the re-measured winner among the finalists when there was a
-    re-measurement, else the feasible complete trial with the smallest time ratio."""
+    """The best exact trial: the finalists' round verdict when there was one (a fused plan
+    measurably faster than unfused, else the unfused trial: tuning/finalists.py), else
+    the feasible complete trial with the smallest time ratio."""
     confirmed = study.user_attrs.get(StudyAttr.CONFIRM_BEST)
     finalists = {f["trial"] for f in study.user_attrs.get(StudyAttr.FINALISTS) or []}
     # Valid while no later trial (a resumed run) has entered the top that was re-measured.
@@ -180,6 +182,8 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
         for r in records(study):
             if r.number == confirmed["trial"] and r.feasible:
                 return r
+        if confirmed.get("keep_unfused_reason"):
+            return None  # "keep unfused" without an exact unfused trial: never fall back to a fused plan
     top = top_records(study, 1)
     return top[0] if top else None
 

@@ -55,7 +55,9 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "input_sets": study.user_attrs.get(StudyAttr.INPUT_SETS),
         "threads": study.user_attrs.get(StudyAttr.THREADS),
         "baseline_s": None, "best_s": None, "speedup": None, "speedup_ci": None, "significant": False,
-        "best_fuses_nothing": False,
+        "best_fuses_nothing": False, "keep_unfused_reason": None, "rejected_best": None,
+        # The unfused plan timed as a finalist against its own baseline: how far the round's noise reaches.
+        "noise_floor": _noise_floor(study),
         "verified_bitwise": False, "best_trial": None, "best_plan": None, "groups": [],
         "fuse_all": None, "gain_kept": None,
         "median_overhead_s": statistics.median(overheads) if overheads else None,
@@ -85,6 +87,13 @@ def summary(study: optuna.Study) -> dict[str, Any]:
             out["shapes"] = shapes_summary(study_shapes, chosen, searched, study.get_trials(deepcopy=False))
         if not groups:
             _fuses_nothing(out)
+            # Why: the finalists' round verdict (tuning/finalists.py), else the search's best was unfused.
+            verdict = (study.user_attrs.get(StudyAttr.CONFIRM_BEST) if source == "re-measured" else None) or {}
+            out.update(keep_unfused_reason=verdict.get("keep_unfused_reason")
+                       or "the best exact plan is the unfused plan itself", rejected_best=verdict.get("rejected_best"))
+    elif (study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}).get("keep_unfused_reason"):
+        # "Keep unfused" but the unfused trial failed: no plan is named, the reason still is.
+        out["keep_unfused_reason"] = study.user_attrs[StudyAttr.CONFIRM_BEST]["keep_unfused_reason"]
     if study.user_attrs.get(StudyAttr.SHAPES) and "shapes" not in out:
         out["shapes"] = {}  # tuned for several shapes, but no plan is exact at all of them
     if fuse_all is not None and fuse_all.ratio is not None:
@@ -103,6 +112,13 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     out["effective_options_checked"] = effective_options_checked(study)
     out["effective_options_warning"] = study.user_attrs.get(StudyAttr.EFFECTIVE_OPTIONS_UNCHECKED)
     return out
+
+
+def _noise_floor(study: optuna.Study) -> dict[str, Any] | None:
+    """The unfused plan's ratio and interval in the finalists' round (tuning/finalists.py)."""
+    entry = study.user_attrs.get(StudyAttr.CONFIRM_UNFUSED)
+    return None if not entry else {"trial": entry["trial"], "ratio": entry["timing"]["ratio"],
+                                   "ratio_ci": entry["timing"]["ratio_ci"]}
 
 
 def _fuses_nothing(out: dict[str, Any]) -> None:

@@ -1,0 +1,132 @@
+"""The finalists' rule (tuning/finalists.py) on stored fake timings: the unfused plan runs in
+the round, and a fused plan is named best only when its re-measured ratio interval lies
+wholly below 1.0; otherwise the result is "keep unfused" with speedup exactly 1.0, and the
+summary, the CLI, the report and the export say so with the reason (no compile)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+import pytest
+
+from sktune.cli.run_cmd import _print_summary
+from sktune.errors import ExportError
+from sktune.measure.stats import PairedTiming
+from sktune.report import data
+from sktune.report.export import export_json, export_python
+from sktune.tuning.finalists import confirm_finalists, finalist_verdict
+from sktune.tuning.records import best_record
+from sktune.tuning.summary import summary
+from tests.report_fixtures import _plan
+
+OPS = [{"index": i, "name": f"n{i}", "target": t, "module": "", "module_type": "Net", "source": ""}
+       for i, t in enumerate(["gelu", "mul", "add", "gelu"])]
+UNFUSED, FUSE_ALL, CUT = _plan([(None, 0, 3)]), _plan([("sk0", 0, 3)]), _plan([("sk0", 0, 1), ("sk1", 2, 3)])
+SHAPES = {"big": 3.0, "small": 1.0}
+
+
+def timing(ratio: float, lo: float, hi: float, baseline_s: float = 1e-4) -> dict[str, Any]:
+    return PairedTiming(baseline_s, ratio * baseline_s, ratio, (lo, hi), 30).to_json()
+
+
+def make_study(shapes: bool = False, unfused_fails: bool = False) -> optuna.Study:
+    """unfused (trial 0), fuse-all (1), a sampled cut plan (2) that the search measured at 0.85."""
+    study = optuna.create_study(direction="minimize")
+    for key, value in {"model": "m.py", "backend": "inductor", "threads": 1, "input_sets": 3, "ops": OPS,
+                       "boundaries": [0, 1, 2], "environment": {"backend": "inductor", "threads": "1"}}.items():
+        study.set_user_attr(key, value)
+    if shapes:
+        study.set_user_attr("shapes", {n: {"weight": w, "input_shapes": [[[8, 4], "float32"]]}
+                                       for n, w in SHAPES.items()})
+    dist = {"block:0": optuna.distributions.CategoricalDistribution(["eager", "fuse", "cut"])}
+    for anchor, plan, ratio, param in (("unfused", UNFUSED, 1.0, "eager"), ("fuse-all", FUSE_ALL, 0.97, "fuse"),
+                                       (None, CUT, 0.85, "cut")):
+        attrs = {"plan": plan, "timing": timing(ratio, ratio - 0.05, ratio + 0.05), "mismatches": []}
+        if shapes:
+            attrs["shapes"] = {n: {"weight": w, "timing": attrs["timing"], "mismatches": 0, "bitwise": True}
+                               for n, w in SHAPES.items()}
+        if anchor:
+            attrs["anchor"] = anchor
+        state = optuna.trial.TrialState.FAIL if anchor == "unfused" and unfused_fails else None
+        study.add_trial(optuna.trial.create_trial(
+            state=state or optuna.trial.TrialState.COMPLETE, value=None if state else ratio,
+            params={"block:0": param}, distributions=dist, user_attrs=attrs,
+            constraints=None if state else {"bitwise": 0.0}))
+    return study
+
+
+class FakeWorker:
+    """Answers the finalists' round with stored timings, by plan (and shape)."""
+
+    def __init__(self, by_plan: list[tuple[dict, dict]]) -> None:
+        self.by_plan, self.rounds = by_plan, []
+
+    def request(self, command: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+        assert command == "confirm"
+        self.rounds.append(payload)
+        return {"timings": [next(t for p, t in self.by_plan if p == plan) for plan in payload["plans"]]}
+
+
+def run_round(study: optuna.Study, cut_ci: tuple[float, float], shapes: bool = False) -> FakeWorker:
+    cut_ratio = sum(cut_ci) / 2
+    worker = FakeWorker([(UNFUSED, timing(1.0, 0.97, 1.03)), (FUSE_ALL, timing(1.05, 1.0, 1.1)),
+                         (CUT, timing(cut_ratio, *cut_ci))])
+    confirm_finalists(study, worker, timeout=10.0, top=3,  # type: ignore[arg-type]
+                      shapes=tuple(SHAPES.items()) if shapes else ())
+    return worker
+
+
+@pytest.mark.parametrize("shapes", [False, True])
+def test_a_fused_best_whose_interval_reaches_1_is_keep_unfused(shapes: bool, capsys: pytest.CaptureFixture) -> None:
+    study = make_study(shapes)
+    worker = run_round(study, (0.95, 1.02), shapes)
+    assert UNFUSED in worker.rounds[0]["plans"] and len(worker.rounds[0]["plans"]) == 3  # each plan once
+    out = summary(study)
+    assert out["best_trial"] == 0 and out["best_plan"] == UNFUSED and out["best_fuses_nothing"] is True
+    assert out["speedup"] == 1.0 and out["speedup_ci"] is None and out["significant"] is False
+    assert out["best_s"] == out["baseline_s"] and out["timing_source"] == "re-measured"
+    assert "not wholly below 1.0" in out["keep_unfused_reason"] and "#2" in out["keep_unfused_reason"]
+    assert out["rejected_best"]["trial"] == 2 and out["rejected_best"]["ratio_ci"][1] >= 1.0
+    assert out["noise_floor"]["trial"] == 0 and out["noise_floor"]["ratio_ci"][0] < 1.0
+    if shapes:  # the weighted timing decides; each shape is the unfused plan too
+        assert set(out["shapes"]) == set(SHAPES) and all(s["speedup"] == 1.0 for s in out["shapes"].values())
+    assert data.verdict(out).startswith("Keep the model unfused: the fastest fused finalist (trial #2")
+    exported = export_json(study)
+    assert exported["plan"] == UNFUSED and exported["provenance"]["keep_unfused"] is True
+    assert "not wholly below 1.0" in exported["provenance"]["keep_unfused_reason"]
+    assert "keep it unfused (the fastest fused finalist" in export_python(study)
+    _print_summary(out)
+    assert "keep the model unfused: the fastest fused finalist" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("shapes", [False, True])
+def test_a_fused_best_wholly_below_1_is_named(shapes: bool) -> None:
+    study = make_study(shapes)
+    run_round(study, (0.80, 0.90), shapes)
+    out = summary(study)
+    assert out["best_trial"] == 2 and out["best_plan"] == CUT and out["best_fuses_nothing"] is False
+    assert out["significant"] is True and out["keep_unfused_reason"] is None
+    assert out["speedup_ci"] == pytest.approx([1 / 0.90, 1 / 0.80])
+    assert export_json(study)["provenance"]["keep_unfused"] is False
+
+
+def test_the_rule_picks_the_fastest_plan_wholly_below_1() -> None:
+    unfused = {"trial": 0, "timing": timing(1.0, 0.98, 1.02)}
+    lucky = {"trial": 5, "timing": timing(0.90, 0.78, 1.01)}  # fastest, but its interval reaches 1
+    sure = {"trial": 7, "timing": timing(0.95, 0.93, 0.97)}
+    assert finalist_verdict([lucky, sure], unfused)["trial"] == 7
+    kept = finalist_verdict([lucky], unfused)
+    assert kept["trial"] == 0 and kept["rejected_best"]["trial"] == 5
+    assert finalist_verdict([], unfused)["keep_unfused_reason"] == "no exact finalist fuses anything"
+    assert finalist_verdict([], None) is None
+
+
+def test_keep_unfused_without_an_exact_unfused_trial_names_no_fused_plan() -> None:
+    study = make_study(unfused_fails=True)
+    run_round(study, (0.95, 1.02))
+    assert best_record(study) is None  # never falls back to the fused plan the round rejected
+    out = summary(study)
+    assert out["best_plan"] is None and "not wholly below 1.0" in out["keep_unfused_reason"]
+    with pytest.raises(ExportError, match="keep the model as it is, unfused"):
+        export_json(study)
