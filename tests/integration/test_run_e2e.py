@@ -61,9 +61,12 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     again = sktune("run", str(studies_dir / "quant_block.py"), "--backend", "inductor", "--trials", "2",
                    "--storage", storage, "--study", "e2e", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    # Two more searched trials; a refinement only if the best plan changed to an untried one.
+    # Two more measured trials; a refinement only if the best plan changed to an untried one. A
+    # sampled plan that the first run measured is reused, not compiled, and costs no trial.
     resumed = finished(optuna.load_study(study_name="e2e", storage=storage).get_trials())
-    assert len([t for t in resumed if not str(t.user_attrs.get("anchor", "")).startswith("best+")]) == 9
+    reused = [t for t in resumed if "reused_from" in t.user_attrs]
+    assert all(t.user_attrs["compiled"] is False and t.user_attrs["reused_from"] < t.number for t in reused)
+    assert len([t for t in resumed if not str(t.user_attrs.get("anchor", "")).startswith("best+")]) == 9 + len(reused)
 
 
 @pytest.mark.slow  # ~1 min: three worker faults and restarts; CI runs it (.ci/run)
