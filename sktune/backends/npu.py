@@ -29,7 +29,6 @@ to ``cpu``.
 from __future__ import annotations
 
 import copy
-import logging
 import os
 import tempfile
 import time
@@ -50,10 +49,7 @@ from sktune.backends.npu_static_cache import static_cache_rule
 from sktune.errors import SktuneError
 from sktune.graph.markers import insert_scope_markers, scope_marker_ops
 from sktune.graph.opgraph import OpGraph
-
 from sktune.space.plan import Plan, check_plan
-
-log = logging.getLogger(__name__)
 
 DEBUG_OPTIONS = "super_kernel_debug_options"  # plan option passed through as that dict
 PROFILE_WARMUP_STEPS = 2
