@@ -9,14 +9,7 @@ from typing import Any
 
 from sktune.doctor.records import CheckResult, confirmed, differs
 from sktune.doctor.session import PROFILE_BATCHES, DoctorSession
-
-#: kernel_details.csv at Level0, torch-npu 2.14.0: ``Step Id`` when the run had profiler
-#: steps, the base columns, then the optional ones in this order where present.
-LEVEL0_BASE = ("Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)",
-               "Wait Time(us)", "Block Num")
-LEVEL0_OPTIONAL = ("Mix Block Num", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",
-                   "Output Data Types", "Output Formats")
-STEP_ID = "Step Id"
+from sktune.measure.ascend_parsers import LEVEL0_BASE, LEVEL0_OPTIONAL, STEP_ID
 
 
 def check_profile_files(session: DoctorSession) -> CheckResult:

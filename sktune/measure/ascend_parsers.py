@@ -19,8 +19,18 @@ import pandas as pd
 from sktune.measure.ascend_files import ProfileError
 from sktune.measure.sk_names import SuperKernelName, parse_superkernel_name
 
-__all__ = ["KNOWN_FAIL_REASONS", "SuperKernelName", "is_known_fail_reason", "parse_superkernel_name",
-           "read_fusion_fail_reasons", "read_kernel_details", "read_step_trace"]
+__all__ = ["KNOWN_FAIL_REASONS", "LEVEL0_BASE", "LEVEL0_OPTIONAL", "STEP_ID", "SuperKernelName",
+           "is_known_fail_reason", "parse_superkernel_name", "read_fusion_fail_reasons", "read_kernel_details",
+           "read_step_trace"]
+
+#: kernel_details.csv at Level0, torch-npu 2.14.0 (``_csv_headers.py``, ``_kernel_view_parser.py``;
+#: docs/npu_api.md, "Profiler"): ``Step Id`` when the run had profiler steps, the base columns,
+#: then the optional ones in this order where present. The reader takes any order and older names.
+STEP_ID = "Step Id"
+LEVEL0_BASE = ("Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)",
+               "Wait Time(us)", "Block Num")
+LEVEL0_OPTIONAL = ("Mix Block Num", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",
+                   "Output Data Types", "Output Formats")
 
 _MISSING = {"", "N/A", "NA", "NAN", "NONE", "NULL", "-"}
 _MARKER = re.compile(r"^(sk_scope_kernel_.*|sk_placeholder_kernel)$")

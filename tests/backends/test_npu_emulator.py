@@ -18,7 +18,7 @@ import torch
 
 from sktune.backends.npu_meta import meta_files
 from sktune.measure.ascend_files import ProfileError, find_profile_files
-from sktune.measure.ascend_parsers import parse_superkernel_name
+from sktune.measure.ascend_parsers import LEVEL0_BASE, LEVEL0_OPTIONAL, STEP_ID, parse_superkernel_name
 from sktune.measure.ascend_summary import step_spans, summarize
 from sktune.space.plan import Plan, Scope
 from sktune.tuning.runner import planned_vs_actual
@@ -474,10 +474,9 @@ def test_profiles_parse_and_fusion_shortens_the_step(npu: Any, tmp_path: Path) -
     assert '"""16,32"""' in lines[1] and "DT_FLOAT" in lines[1]
 
 
-# torch-npu 2.14.0's Level0 kernel_details.csv (docs/npu_api.md, "Profiler"), Step Id with profiler steps
-LEVEL0_HEADER = ("Step Id,Device_id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Num,"
-                 "Mix Block Num,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,"
-                 "Output Formats")
+# torch-npu 2.14.0's Level0 kernel_details.csv as sktune reads the wheel (ascend_parsers; the emulator
+# keeps its own copy, as it stands in for torch_npu), Step Id with profiler steps
+LEVEL0_HEADER = ",".join((STEP_ID, *LEVEL0_BASE, *LEVEL0_OPTIONAL))
 
 
 def test_profile_without_steps_has_no_step_id(npu: Any, tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ import pytest
 from sktune.doctor import records
 from sktune.doctor.cache_checks import Compile, judge_cache
 from sktune.doctor.meta_checks import judge_effective_options, judge_fail_reason_log, judge_sk_meta_location
-from sktune.doctor.profile_checks import LEVEL0_BASE, judge_profile_columns, judge_superkernel_rows
+from sktune.doctor.profile_checks import judge_profile_columns, judge_superkernel_rows
 from sktune.doctor.runner import CHECK_NAMES, Check, run_checks
+from sktune.measure.ascend_parsers import LEVEL0_BASE
 from tests.cli.test_cli import sktune
 from tests.emulated_npu import EMULATOR_PATH
 

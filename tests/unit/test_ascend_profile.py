@@ -18,6 +18,9 @@ from sktune.errors import SktuneError
 from sktune.measure.ascend_files import ProfileError, ProfileFiles, find_profile_files
 from sktune.measure.ascend_parsers import (
     KNOWN_FAIL_REASONS,
+    LEVEL0_BASE,
+    LEVEL0_OPTIONAL,
+    STEP_ID,
     SuperKernelName,
     is_known_fail_reason,
     parse_superkernel_name,
@@ -161,15 +164,9 @@ def test_summary_three_steps_block_dim() -> None:
     assert summary.top_kernels[2].name == "aclnnAdd_AddAiCore_Add" and summary.top_kernels[2].count == 3
 
 
-# kernel_details.csv at Level0 in torch-npu 2.14.0 (docs/npu_api.md, "Profiler"): Step Id only with
-# profiler steps, the base columns, then the optional ones in their fixed order where present.
-LEVEL0_BASE = "Device_id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Num"
-LEVEL0_OPTIONAL = ("Mix Block Num,Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,"
-                   "Output Formats")
-
-
 def _level0(path: Path, steps: bool, rows: list[str]) -> Path:
-    header = ("Step Id," if steps else "") + LEVEL0_BASE + "," + LEVEL0_OPTIONAL
+    """A kernel_details.csv with the Level0 header (``ascend_parsers.LEVEL0_*``) and ``rows``."""
+    header = ",".join([*([STEP_ID] if steps else []), *LEVEL0_BASE, *LEVEL0_OPTIONAL])
     path.write_text("\n".join([header, *rows]) + "\n")
     return path
 
