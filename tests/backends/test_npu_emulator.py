@@ -37,6 +37,7 @@ def npu() -> Any:
 @pytest.fixture(autouse=True)
 def isolated(npu: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASCEND_WORK_PATH", str(tmp_path))
+    monkeypatch.setenv("ASCEND_OP_COMPILE_SAVE_KERNEL_META", "1")  # CANN writes sk_meta/ only then
     npu._static.clear()
 
 
@@ -359,6 +360,13 @@ def test_out_of_range_int_is_clamped_and_recorded(npu: Any, tmp_path: Path) -> N
     assert written["aggressive_opt_strategies"] == {"task_breaker_bypass": 0, "value_breaker_bypass": 0,
                                                     "event_breaker_bypass": 0}
     assert compiled.effective_options == written
+
+
+def test_no_sk_meta_without_the_kernel_meta_switch(npu: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ASCEND_OP_COMPILE_SAVE_KERNEL_META")  # as in sktune.apply or a user's own compile
+    compiled = compile_npu(chain([(1, 9, "all")]), X, **sk(SAFE))
+    compiled(*compiled.flat_args)
+    assert not (tmp_path / "sk_meta").exists()
 
 
 def static_run(fn: Callable[..., Any], optimize: dict[str, Any], **extra: Any) -> dict[str, Any]:

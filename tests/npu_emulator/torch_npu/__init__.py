@@ -73,9 +73,10 @@ Behaviour model
 - Options: unknown top-level key or bad value -> raised at compile, as torch-npu's
   ``CompilerConfig`` does (``_config``: ``super_kernel_optimize=0`` means on); the
   SuperKernel dicts are checked at the first forward (unknown key / wrong type ->
-  RuntimeError); out-of-range ints are clamped to the default with a warning; the
-  effective options go to ``<ASCEND_WORK_PATH or cwd>/sk_meta/<pid>/model_<n>/sk_options.json``
-  (an emulator form; plus the fail-reason and fused-node logs).
+  RuntimeError); out-of-range ints are clamped to the default with a warning; with
+  ``ASCEND_OP_COMPILE_SAVE_KERNEL_META=1`` the effective options go to
+  ``<ASCEND_WORK_PATH or cwd>/sk_meta/<pid>/model_<n>/sk_options.json`` (an emulator form;
+  plus the fail-reason and fused-node logs); without it no ``sk_meta/`` is written.
 - Static kernels (``_static``): compiled at the first forward with the caches keyed as
   each release keys them (2.10.0.post4+: op hashes + SuperKernel config with the option
   and debug maps + determinism; old key set: op hashes alone, so stale). Cost: 10.0

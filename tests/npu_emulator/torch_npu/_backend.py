@@ -116,7 +116,8 @@ class GraphState:
         if not self._ran:
             self._ran = True
             if self.sk_on and self.sk_options is not None:
-                _meta.write_sk_meta(plan, self.sk_options)
+                if _meta.kernel_meta_on():
+                    _meta.write_sk_meta(plan, self.sk_options)
                 stuck = plan.hang
                 if stuck is not None:
                     if self.sk_options.debug_flag("debug_op_exec_trace") or \

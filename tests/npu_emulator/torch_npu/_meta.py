@@ -1,6 +1,9 @@
-"""Files the emulated CANN writes: ``sk_meta/<pid>/model_<id>/`` (options used, fail
-reasons, fused nodes), where CANN's public SuperKernel tooling reads them (docs/npu_api.md,
-"Profiler"), and, before a hang with ``debug_op_exec_trace=1``, a per-core plog trace.
+"""Files the emulated CANN writes: with ``ASCEND_OP_COMPILE_SAVE_KERNEL_META=1`` (as CANN
+does: docs/npu_api.md, "Profiler"), ``sk_meta/<pid>/model_<id>/`` (options used, fail
+reasons, fused nodes) under ``ASCEND_WORK_PATH`` or the working directory, where CANN's
+public SuperKernel tooling reads them; and, before a hang with ``debug_op_exec_trace=1``,
+a per-core plog trace. Without the switch (``sktune.apply``, a user's own compile) no
+``sk_meta/`` appears.
 
 ``sk_options.json`` is the emulator's own form of an effective-options dump: no torch-npu
 wheel names one, and whether CANN writes one at all is unconfirmed (README, "First run on
@@ -21,6 +24,11 @@ from torch_npu._options import SkOptions
 
 TRACE_CORES = 4
 _MODEL_IDS = itertools.count(1)  # CANN numbers the models (graphs) of a process
+
+
+def kernel_meta_on() -> bool:
+    """CANN's kernel-meta switch, read now (sktune's trials set it with their work path)."""
+    return os.environ.get("ASCEND_OP_COMPILE_SAVE_KERNEL_META") == "1"
 
 
 def meta_dir() -> Path:
