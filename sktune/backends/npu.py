@@ -161,7 +161,8 @@ class NpuBackend(Backend):
         if not self.for_trials:
             return _npugraph_ex()(marked, list(graph.flat_args), options=options)
         meta_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=_made(self.meta_root)))
-        self.last_static = None
+        # A new candidate: nothing of the last one's first run may be reported as its own.
+        self.last_static, self.last_effective, self.last_meta_dir = None, None, None
         started = time.perf_counter()
         with cann_work_path(meta_dir):
             compiled = _npugraph_ex()(marked, list(graph.flat_args), options=options)
