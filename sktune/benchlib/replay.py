@@ -36,7 +36,7 @@ from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
 from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult, WorkerFailure
 from sktune.tuning.records import TrialAttr, feasible_ratios, skipped
-from sktune.tuning.sampler import make_sampler
+from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import exactness_from_description, starting_points, targets_of
 
 STRATEGIES = ("sktune", "sktune-sampler", "tpe", "random")
@@ -135,8 +135,10 @@ def replay(data: dict[str, Any], strategy: str, seed: int, max_trials: int, pati
     chunks = EFFORTS["default"].chunks
     ours = strategy in ("sktune", "sktune-sampler")
     worker = TableWorker(data["measurements"])
-    objective = make_objective(space, worker, ObjectiveRules(chunks, math.inf), targets_of(description),
-                               exactness_from_description(description) if ours else None)
+    exactness = exactness_from_description(description) if ours else None
+    objective = make_objective(space, worker, ObjectiveRules(chunks, math.inf), targets_of(description), exactness)
+    if exactness is not None:  # as resume.prepare does for sktune run
+        attach_space(study, space, hopeless_filter(space, targets_of(description), exactness))
     history: list[tuple[float, int, int]] = []
 
     def best_so_far(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -45,6 +45,7 @@ class TrialAttr:
     STATIC_COMPILE = "static_compile"  # npu: static-kernel compile seconds, uncached_s, emulated (all shapes)
     COMPILED = "compiled"  # whether its plan went to the worker (False: skipped or reused: no device cost)
     REUSED_FROM = "reused_from"  # the earlier trial of the same plan whose outcome it took (tuning/reuse.py)
+    PROPOSED = "proposed"  # how the sampler chose a sampled trial: "local: <move>", "tpe", "random" (sampler.py)
 
 
 class StudyAttr:

@@ -18,8 +18,8 @@ from sktune.errors import SktuneError
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner
 from sktune.tuning.records import StudyAttr, TrialAttr
-from sktune.tuning.sampler import make_sampler
-from sktune.tuning.space_setup import SPACE_INPUTS, starting_points
+from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
+from sktune.tuning.space_setup import SPACE_INPUTS, exactness_from_description, starting_points, targets_of
 from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url
 
 
@@ -69,6 +69,9 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
     timed or verified differently do not compare. A changed fingerprint (model file,
     versions...) is refused unless ``allow_changed``.
     """
+    # The sampler's local search walks this space, skipping what the objective would skip.
+    attach_space(study, space, hopeless_filter(space, targets_of(description),
+                                               exactness_from_description(description)))
     existing = study.user_attrs.get(StudyAttr.SPACE)
     if existing is not None:
         _check_resumable(study, existing, description, space, settings, allow_changed)

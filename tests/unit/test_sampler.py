@@ -1,0 +1,111 @@
+"""sktune's sampler (issue 24): one-move neighbours of a plan, the local search around the
+best exact trial inside Optuna's loop, its seeded determinism, and the start-up that the
+starting points replace. Scripted objectives: no compile, no worker."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+import optuna
+import pytest
+
+from sktune.space.neighbours import full_params, neighbours
+from sktune.space.plan import Plan
+from sktune.space.search_space import NO_SCOPES, SearchSpace, build_space
+from sktune.tuning.records import TrialAttr
+from sktune.tuning.sampler import SktuneSampler, attach_space
+from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, NPU_LIKE, TARGETS
+
+
+@pytest.fixture
+def space() -> SearchSpace:
+    return build_space(TARGETS, MODULES, BOUNDARIES, INDUCTOR_LIKE)
+
+
+def one_move(space: SearchSpace, changed: set[str]) -> bool:
+    """A block with the cuts on its two sides, one cut, two adjacent cuts, one option or fallback."""
+    blocks, cuts = space.layout.block_keys, space.layout.cut_keys
+    if len(changed) == 1:
+        return True
+    if changed <= set(cuts) and len(changed) == 2:
+        a, b = sorted(changed, key=cuts.index)
+        return cuts.index(b) == cuts.index(a) + 1
+    fused = [k for k in changed if k in blocks]
+    if len(fused) != 1:
+        return False
+    j = blocks.index(fused[0])
+    return changed - {fused[0]} <= {cuts[k] for k in (j - 1, j) if 0 <= k < len(cuts)}
+
+
+@pytest.mark.parametrize("start", ["fuse-all", "unfused", "safe-runs+exact-options"])
+def test_neighbours_are_distinct_plans_of_the_space_one_move_away(space: SearchSpace, start: str) -> None:
+    params = dict(space.anchors())[start]
+    origin = space.decode(params)
+    found = neighbours(space, params)
+    assert found
+    plans = [n.plan for n in found]
+    assert origin not in plans and len(set(plans)) == len(plans)
+    full = full_params(space, params)
+    for n in found:
+        assert set(n.params) == set(space.domains())
+        assert space.decode(n.params) == n.plan  # the same parameters always decode to the same plan
+        changed = {k for k in full if full[k] != n.params[k]}
+        assert one_move(space, changed), (n.move, changed)
+
+
+def test_neighbours_leave_out_the_plans_excluded() -> None:
+    space = build_space(TARGETS, MODULES, BOUNDARIES, replace(NPU_LIKE, fallback_candidates=(), unmarked_plans=True))
+    params = space.params_for([True] * len(space.blocks))
+    everything = neighbours(space, params)
+    assert any(n.params[NO_SCOPES] for n in everything)  # "no scopes" is one move
+    fewer = neighbours(space, params, exclude=[everything[0].plan])
+    assert [n.plan for n in fewer] == [n.plan for n in everything[1:]]
+
+
+def run(space: SearchSpace, seed: int, n_trials: int, anchors: bool = True) -> optuna.Study:
+    sampler = SktuneSampler(seed=seed)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    attach_space(study, space)
+    if anchors:
+        for name, params in space.anchors():
+            study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name})
+
+    def objective(trial: optuna.Trial) -> float:
+        plan = space.suggest(trial)
+        trial.set_user_attr(TrialAttr.PLAN, plan.to_json())
+        trial.set_constraint("bitwise", 0.0)
+        named = [s for s in plan.scopes if s.name]
+        return 1.0 - 0.1 * len(named) - 0.01 * (plan.option_dict.get("max_fusion_size") == 16)
+
+    study.optimize(objective, n_trials=n_trials)
+    return study
+
+
+def test_local_search_proposes_untried_neighbours_of_the_best_and_is_seeded(space: SearchSpace) -> None:
+    study = run(space, seed=3, n_trials=len(space.anchors()) + 12)
+    sampled = [t for t in study.trials if TrialAttr.ANCHOR not in t.user_attrs]
+    # Start-up is the anchors: the first sampled trial already searches locally.
+    assert sampled[0].user_attrs[TrialAttr.PROPOSED].startswith("local: ")
+    plans = [Plan.from_json(t.user_attrs[TrialAttr.PLAN]) for t in study.trials]
+    for k, t in enumerate(study.trials):
+        if str(t.user_attrs.get(TrialAttr.PROPOSED, "")).startswith("local: "):
+            assert plans[k] not in plans[:k]  # never a plan measured before
+            best = min(study.trials[:k], key=lambda u: u.value)
+            assert plans[k] in {n.plan for n in neighbours(space, best.params)}
+    assert min(t.value for t in sampled) < min(t.value for t in study.trials if t not in sampled)
+    again = run(space, seed=3, n_trials=len(space.anchors()) + 12)
+    assert [t.params for t in again.trials] == [t.params for t in study.trials]
+
+
+def test_start_up_is_random_only_without_starting_points(space: SearchSpace) -> None:
+    study = run(space, seed=0, n_trials=3, anchors=False)
+    assert [t.user_attrs[TrialAttr.PROPOSED] for t in study.trials][:1] == ["random"]
+    assert all(str(t.user_attrs[TrialAttr.PROPOSED]).startswith("local: ") for t in study.trials[1:])
+
+
+def test_no_scopes_is_rare_at_random_start_up() -> None:
+    space = build_space(TARGETS, MODULES, BOUNDARIES, replace(NPU_LIKE, fallback_candidates=(), unmarked_plans=True))
+    study = optuna.create_study(sampler=SktuneSampler(seed=1, n_startup_trials=1000))  # no space: start-up only
+    study.optimize(lambda t: float(len(space.suggest(t).scopes)), n_trials=60)
+    share = sum(t.params[NO_SCOPES] for t in study.trials) / len(study.trials)
+    assert share < 0.25 and not math.isclose(share, 0.5)
