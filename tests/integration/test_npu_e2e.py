@@ -162,12 +162,21 @@ print(json.dumps([bool(torch.equal(pasted, expected)), bool(torch.equal(applied,
 
 @pytest.mark.slow  # ~1 min, mostly the watchdog waiting on hung workers; CI runs it (.ci/run)
 def test_hanging_trial_is_failed_diagnosed_once_and_the_study_goes_on(tmp_path: Path) -> None:
-    """value_breaker_bypass fuses the wait op: the emulated SuperKernel deadlocks, as real ones can."""
+    """value_breaker_bypass fuses the wait op: the emulated SuperKernel deadlocks, as real ones can.
+
+    The hanging plan is queued, not left to the sampler (whose local search may try other
+    moves first): the full-model anchor with the bypass on, run by the resumed study."""
     storage = f"sqlite:///{tmp_path}/hang.db"
     logs = tmp_path / "ascend-log"
-    result = sktune("run", str(ROOT / "tests" / "models" / "npu_wait.py"), "--backend", "npu", "--effort", "quick",
-                    "--trials", "12", "--no-stop", "--trial-timeout", "5", "--study", "hang", "--storage", storage,
-                    cwd=tmp_path, env=emulated_env(ASCEND_PROCESS_LOG_PATH=str(logs)))
+    args = [str(ROOT / "tests" / "models" / "npu_wait.py"), "--backend", "npu", "--effort", "quick", "--no-stop",
+            "--trial-timeout", "5", "--study", "hang", "--storage", storage]
+    env = emulated_env(ASCEND_PROCESS_LOG_PATH=str(logs))
+    first = sktune("run", *args, "--trials", "3", cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr[-4000:]
+    study = optuna.load_study(study_name="hang", storage=storage)
+    full_model = next(t for t in study.trials if t.user_attrs.get("anchor") == "full-model")
+    study.enqueue_trial({**full_model.params, "aggressive_opt_strategies.value_breaker_bypass": 1})
+    result = sktune("run", *args, "--trials", "12", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "Traceback" not in result.stderr
     trials = [t for t in optuna.load_study(study_name="hang", storage=storage).trials if t.state.is_finished()]

@@ -133,8 +133,9 @@ def test_many_workers_one_study(tmp_path: Path, kind: str, request: pytest.Fixtu
     trials = finished(optuna_storage, "w")
     numbers = [t.number for t in trials]
     assert sorted(numbers) == list(range(len(trials))), numbers  # no trial twice, none lost
-    # Plans the exactness probe calls hopeless are skipped without a compile and do not count.
-    measured = [t for t in trials if "skipped" not in t.user_attrs]
+    # Plans the exactness probe calls hopeless are skipped without a compile, and a plan another
+    # trial measured takes its outcome (reused_from): neither counts.
+    measured = [t for t in trials if "skipped" not in t.user_attrs and "reused_from" not in t.user_attrs]
     # Each worker may end by trying the best plan with a costly option (tuning/refine.py):
     # tiny_norm has one (cpp_wrapper), on top of each worker's --trials.
     refined = [t for t in measured if str(t.user_attrs.get("anchor", "")).startswith("best+")]
