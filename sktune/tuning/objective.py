@@ -30,6 +30,7 @@ from sktune.tuning.dcci_seed import enqueue_dcci_seed
 from sktune.tuning.protocol import TrialRequest, TrialWorker, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
 from sktune.tuning.reuse import MeasuredPlans, take_outcome
+from sktune.tuning.sampler import hopeless_filter
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing
 from sktune.tuning.storage import worker_tag
 from sktune.tuning.trial_notes import note_result
@@ -57,6 +58,8 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
                    exactness: Exactness | None) -> Callable[[optuna.Trial], float]:
     """``exactness`` None: no skipping (strategies that do not use the probe)."""
     diagnoses_left = [rules.diagnoses]
+    # The one skip rule (scope cap, exactness probe), shared with the sampler's proposals.
+    probe_skip = None if exactness is None else hopeless_filter(space, targets, exactness)
     measured = MeasuredPlans()
     chunks, timeout = rules.chunks, rules.trial_timeout
 
@@ -91,8 +94,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         trial.set_user_attr(TrialAttr.WORKER, worker_tag())  # lets a resumed run fail this trial if we die
         # Over the backend's scope cap the compile would be refused: skipped, anchor or not
         # (a decoded plan never is; a plan from elsewhere may be, space/scope_cap.py).
-        hopeless = space.over_cap(plan) or (None if anchor or exactness is None else exactness.hopeless(
-            plan, targets, space.exact_options, space.fallback_option))
+        hopeless = space.over_cap(plan) if anchor or probe_skip is None else probe_skip(plan)
         if hopeless:  # refused or known not to be bitwise: not worth a compile
             trial.set_user_attr(TrialAttr.COMPILED, False)
             trial.set_user_attr(TrialAttr.SKIPPED, f"skipped: {hopeless}")
