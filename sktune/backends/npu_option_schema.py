@@ -187,7 +187,8 @@ SPECS = {(s.section, s.name): s for s in SCHEMA + TOP_LEVEL_SCHEMA}
 FULL_SET_MIN = "torch-npu >= 2.11.0 (or the backports 2.7.1.post8+, 2.9.0.post6+, 2.10.0.post4+)"
 
 
-def _parse_version(text: str) -> tuple[tuple[int, int, int], int | None]:
+def parse_version(text: str) -> tuple[tuple[int, int, int], int | None]:
+    """``"2.10.0.post4"`` -> ``((2, 10, 0), 4)``: the release and its post number (None if none)."""
     try:
         from packaging.version import InvalidVersion, Version
     except ImportError:  # pragma: no cover - exercised through _parse_version_fallback
@@ -230,7 +231,7 @@ def check_torch_npu_version(version: str) -> KeySet:
     2.7.1.post2 and everything older. An unlisted release between 2.7.1 and 2.11.0 gets the
     old set (the subset every SuperKernel release accepts).
     """
-    release, post = _parse_version(version)
+    release, post = parse_version(version)
     if release >= (2, 11, 0):
         return KeySet("full", FULL_KEY_SET.optimize_keys, FULL_KEY_SET.debug_keys, version)
     first_old, first_full = _SK_HISTORY.get(release, (0, None) if release > (2, 7, 1) else (None, None))
@@ -246,7 +247,7 @@ def check_torch_npu_version(version: str) -> KeySet:
 
 
 __all__ = [
-    "AGGRESSIVE", "DEBUG", "FULL_KEY_SET", "FULL_SET_MIN", "LEGACY_KEY_SET", "LEGACY_NPUGRAPH_EX_KEYS", "MOVED_KEYS", "NPUGRAPH_EX_KEYS",
-    "OPTIMIZE", "SCHEMA", "SPECS", "TOP_LEVEL_SCHEMA", "KeySet", "KeySpec", "NpuOptionError", "NpuVersionError",
-    "check_torch_npu_version",
+    "AGGRESSIVE", "DEBUG", "FULL_KEY_SET", "FULL_SET_MIN", "LEGACY_KEY_SET", "LEGACY_NPUGRAPH_EX_KEYS", "MOVED_KEYS",
+    "NPUGRAPH_EX_KEYS", "OPTIMIZE", "SCHEMA", "SPECS", "TOP_LEVEL_SCHEMA", "KeySet", "KeySpec", "NpuOptionError",
+    "NpuVersionError", "check_torch_npu_version", "parse_version",
 ]

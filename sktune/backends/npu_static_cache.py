@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sktune.backends.npu_option_schema import _parse_version, check_torch_npu_version
+from sktune.backends.npu_option_schema import check_torch_npu_version, parse_version
 
 #: Releases whose static_kernel.py was read (docs/npu_api.md, "Static kernels").
 _READ_OPTIONS_IN_KEY = frozenset({(2, 10, 0, 4), (2, 13, 0, 0), (2, 14, 0, 0)})
@@ -63,7 +63,7 @@ def static_cache_rule(version: str) -> StaticCacheRule:
     the cache off per trial: a fresh static compile costs time, never a wrong measurement.
     """
     key_set = check_torch_npu_version(version)
-    (major, minor, micro), post = _parse_version(version)
+    (major, minor, micro), post = parse_version(version)
     stamp = (major, minor, micro, post or 0)
     if key_set.name == "legacy":
         return StaticCacheRule(version, False, False, stamp == (2, 10, 0, 2))

@@ -22,7 +22,7 @@ from sktune.backends.npu_option_schema import (
     TOP_LEVEL_SCHEMA,
     NpuOptionError,
     NpuVersionError,
-    _parse_version,
+    parse_version,
     _parse_version_fallback,
     check_torch_npu_version,
 )
@@ -320,7 +320,7 @@ def test_version_parsers_agree():
     with pytest.raises(NpuVersionError, match="cannot read"):
         check_torch_npu_version("banana")
     for text in ["2.7.1.post11", "2.10.0", "2.12.0+cpu", "2.11", "2.9.0.post9", "2.11.0rc1"]:
-        assert _parse_version_fallback(text) == _parse_version(text)
+        assert _parse_version_fallback(text) == parse_version(text)
     with pytest.raises(NpuVersionError):
         _parse_version_fallback("two.one")
 
