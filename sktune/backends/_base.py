@@ -21,7 +21,6 @@ import torch
 
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.graph.opgraph import OpGraph
-from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.measure.timer import calibrate_calls_per_batch, interleaved_batches
 from sktune.space.plan import Plan
 
@@ -108,13 +107,6 @@ class Backend(ABC):
         base, cand = interleaved_batches(baseline, candidate, calls_per_batch=calls, n_batches=n_batches, sync=sync)
         return base, cand, {}
 
-    def time_pair(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
-                  n_batches: int, batch_target_s: float) -> tuple[PairedTiming, dict[str, Any]]:
-        """Candidate vs baseline in one run: paired timing of ``time_batches``."""
-        base, cand, observed = self.time_batches(baseline, candidate, n_batches=n_batches,
-                                                 batch_target_s=batch_target_s)
-        return paired_timing(base, cand), observed
-
     probes_exactness: bool = False  # compiling one op alone is cheap enough to probe each op type
 
     def observe(self, reference: Callable[[], object]) -> None:
@@ -124,6 +116,32 @@ class Backend(ABC):
         """The device op type of each graph op (None: it launches no kernel), as the baseline
         seen by ``observe`` ran them; None when the backend cannot tell (default)."""
         return None
+
+    # -- what the generic code asks instead of testing a backend's name -------------
+    # A second process may compile some of its regions (backends/compile_helper.py); the
+    # runner then sets ``helper``, which ``compile`` and ``prefetch`` use.
+    shares_compiles: bool = False
+    helper: Any = None
+    # The plan option whose costly choice compiles whole regions (minutes on a deep model):
+    # the refinement leaves it out where it would cost more than a few trials (tuning/refine.py).
+    whole_region_option: str | None = None
+
+    def prefetch(self, graph: OpGraph, plan: Plan) -> int:
+        """Hand ``plan``'s regions to the compile helper ahead of time; how many (default: none)."""
+        return 0
+
+    def fusion_facts(self, plan: Plan, observed: dict[str, Any]) -> dict[str, Any]:
+        """What really fused, read from a timed run's ``observed`` facts, to add to them
+        (npu: which scopes became SuperKernels); default: nothing."""
+        return {}
+
+    @classmethod
+    def option_changes_plan(cls, option: str, spans: Sequence[tuple[int, int]], unit_starts: Sequence[int],
+                            legal: set[int]) -> bool:
+        """Whether setting plan option ``option`` can change how a plan with these regions
+        runs (``unit_starts``: where repeated units start; ``legal``: the graph's legal cuts).
+        By default an option matters wherever there is a region."""
+        return bool(spans)
 
     def diagnostic_plan(self, plan: Plan) -> Plan | None:
         """A variant of ``plan`` that explains a hang when rerun, or None."""

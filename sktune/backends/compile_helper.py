@@ -5,7 +5,7 @@ generation: 1-2 s a region on CPU), and keeps what it compiled in on-disk caches
 and AOTAutograd) that every process with the same cache directory shares; a region found
 there loads in ~0.1 s (docs/measured.md "Compile cost"). So the worker hands about half
 the work of the regions a trial compiles anew to this helper (largest first, to whichever
-side has less: ``inductor.helper_share``), compiles the others itself, then loads the
+side has less: ``helper_share``), compiles the others itself, then loads the
 helper's from the cache: on a second core, multi-region compiles take less time.
 
 The helper holds its own copy of the captured graphs (from the capture cache) and compiles
@@ -173,3 +173,25 @@ def _rebuild(spec: HelperSpec) -> tuple[Any, dict[str | None, OpGraph]]:
 if __name__ == "__main__":  # started by CompileHelper: pipe fd, worker pid, spec
     _spec = json.loads(sys.argv[3])
     _serve(Connection(int(sys.argv[1])), HelperSpec(**{**_spec, "shapes": tuple(_spec["shapes"])}), int(sys.argv[2]))
+
+
+# A region's compile cost beyond its ops, in ops: tracing, code generation and a C++ build
+# each cost ~0.6 s even for a tiny region, ~1-2 s for a 127-op layer (docs/measured.md
+# "Compile cost"). Used only to split a plan's new regions between worker and helper.
+REGION_FIXED_OPS = 50
+
+
+def helper_share(sizes: dict[str, int]) -> set[str]:
+    """The regions (key → ops) for the compile helper: largest first, each to whichever side
+    has less work so far, the worker first. Handing over every second region in graph
+    order gave one side the big repeated unit and the other only small ends."""
+    worker = helper = 0
+    share: set[str] = set()
+    for key in sorted(sizes, key=lambda k: -sizes[k]):
+        cost = sizes[key] + REGION_FIXED_OPS
+        if helper < worker:
+            share.add(key)
+            helper += cost
+        else:
+            worker += cost
+    return share

@@ -6,9 +6,8 @@ Regions are compiled with ``compile_fx`` (no Dynamo guards per call) and called 
 
 from __future__ import annotations
 
-import contextlib
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +16,9 @@ from torch import fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from sktune.backends._base import Backend, CompiledModel
-from sktune.backends.compile_helper import CompileHelper
+from sktune.backends.compile_helper import CompileHelper, helper_share
 from sktune.backends.eager_order import EAGER_ORDER, eager_order_installed
-from sktune.backends.inductor_tables import tables_restored
+from sktune.backends.inductor_tables import FALLBACK_ATEN, FallbackKey, cacheable, fallbacks_installed
 from sktune.backends.region_cache import RegionCache, region_key
 from sktune.capabilities import OptionSpec
 from sktune.graph.cut_regions import Cut, cut_regions, lift
@@ -30,23 +29,6 @@ from sktune.graph.structure import find_repeats, stitched, unit_starts
 from sktune.space.plan import Plan, check_plan
 
 aten = torch.ops.aten
-
-# Op types (as named in the op list) → the ATen ops that implement them. Fallbacks keep
-# these ATen kernels inside a region, bit-identical to eager, instead of re-generating them.
-FALLBACK_ATEN: dict[str, tuple[str, ...]] = {
-    "mean": ("mean",),
-    "softmax": ("_softmax",),
-    "log_softmax": ("_log_softmax",),
-    "gelu": ("gelu",),
-    "sin": ("sin",),
-    "cos": ("cos",),
-    "tanh": ("tanh",),
-    "exp": ("exp",),
-    "erf": ("erf",),
-    "sum": ("sum",),
-    "var": ("var",),
-    "layer_norm": ("native_layer_norm",),
-}
 
 # Measured on CPU (docs/measured.md, "Which fused ops are bitwise on CPU"): fused
 # versions of these differ from eager by 1-5 ULP.
@@ -60,11 +42,6 @@ FALLBACK_OPTION = "fallback_ops"
 STITCH_OPTION = "stitch_units"  # a plan option of the backend, not an Inductor config key
 EAGER_ORDER_OPTION = "eager_order"  # idem: sum/mean/softmax decomposed in eager's order
 PLAN_ONLY_OPTIONS = (FALLBACK_OPTION, STITCH_OPTION, EAGER_ORDER_OPTION)
-# A region's compile cost beyond its ops, in ops: tracing, code generation and a C++ build
-# each cost ~0.6 s even for a tiny region, ~1-2 s for a 127-op layer (docs/measured.md
-# "Compile cost"). Used only to split a plan's new regions between worker and helper.
-REGION_FIXED_OPS = 50
-
 OPTIONS = (
     OptionSpec("emulate_precision_casts", (False, True), False, True,
                "round intermediates to the source dtype like eager does; makes bf16 fusion bitwise",
@@ -91,56 +68,6 @@ OPTIONS = (
 )
 
 
-class _FallbackKey(CustomGraphPass):
-    """A no-op pass whose uuid puts the fallback set and the eager-order rewrites (global
-    tables Inductor's FX-graph cache key does not see) into that key."""
-
-    def __init__(self, fallbacks: tuple[str, ...], eager_order: tuple[str, ...] = ()) -> None:
-        self.fallbacks, self.eager_order = fallbacks, eager_order
-
-    def __call__(self, graph: fx.Graph) -> None:
-        return None
-
-    def uuid(self) -> Any:
-        return "sktune-plan-v2|fallbacks:" + ",".join(self.fallbacks) + "|eager-order:" + ",".join(self.eager_order)
-
-
-@contextlib.contextmanager
-def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[None]:
-    """Make ``op_types`` Inductor fallbacks for one compile; restore the global tables after.
-
-    The ops leave Inductor's global decomposition table for the compile (passing
-    ``compile_fx`` a table of our own would put unpicklable ops into its cache key and
-    turn the FX-graph cache off), and get fallback lowerings.
-    """
-    from torch._inductor import lowering
-
-    with tables_restored() as tables:
-        for op_type in op_types:
-            for aten_name in FALLBACK_ATEN[op_type]:
-                packet = getattr(aten, aten_name)
-                for overload in packet.overloads():
-                    for table in tables:
-                        table.pop(getattr(packet, overload), None)
-                lowering.make_fallback(packet, override_decomp=True, warn=False)
-        yield
-
-
-@contextlib.contextmanager
-def _cacheable() -> Iterator[None]:
-    """A tracing context with a shape environment around ``compile_fx``.
-
-    Outside Dynamo there is none, and Inductor's FX-graph cache and AOTAutograd's cache
-    both bypass a compile without one ("No shape env"): every region would compile cold.
-    """
-    from torch._guards import TracingContext, tracing
-    from torch._subclasses import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
-        yield
-
-
 class _Region:
     """A compiled region as an FX call target (FX needs a name; Inductor returns a bare
     function); ``fn`` is set once the region is compiled or found compiled."""
@@ -158,6 +85,8 @@ class InductorBackend(Backend):
     name = "inductor"
     probes_exactness = True
     fuse_all_variants = ("emulate_precision_casts",)  # makes bf16 fusion bitwise: worth its own anchor
+    shares_compiles = True  # regions are separate compiles: a helper process can take some
+    whole_region_option = STITCH_OPTION  # its costly choice (False) compiles a 24-layer region whole
 
     def __init__(self, profile_kernels: bool = False, for_trials: bool = False) -> None:
         super().__init__(profile_kernels=profile_kernels, for_trials=for_trials)
@@ -167,6 +96,15 @@ class InductorBackend(Backend):
         # Per captured graph: (first op, last op, configuration) → region_key.
         self._span_keys: weakref.WeakKeyDictionary[fx.GraphModule, dict[tuple[int, int, str], str | None]] = \
             weakref.WeakKeyDictionary()
+
+    @classmethod
+    def option_changes_plan(cls, option: str, spans: Sequence[tuple[int, int]], unit_starts: Sequence[int],
+                            legal: set[int]) -> bool:
+        """Stitching changes a plan only where a region spans a unit edge it may cut at: the
+        rule ``compile`` applies (``structure.stitched``)."""
+        if option == STITCH_OPTION:
+            return stitched(spans, unit_starts, legal) != list(spans)
+        return super().option_changes_plan(option, spans, unit_starts, legal)
 
     def compile_counts(self) -> dict[str, float]:
         """Regions compiled and reused since the last call; with a helper, also the seconds
@@ -204,7 +142,7 @@ class InductorBackend(Backend):
             raise ValueError(f"unknown inductor option(s) {sorted(unknown)}; known: {sorted(known | {FALLBACK_OPTION})}")
         patches = {k: v for k, v in options.items() if k not in PLAN_ONLY_OPTIONS}
         fallbacks = tuple(sorted(options.get(FALLBACK_OPTION, [])))
-        patches["post_grad_custom_pre_pass"] = _FallbackKey(fallbacks, _eager_order_ops(options, fallbacks))
+        patches["post_grad_custom_pre_pass"] = FallbackKey(fallbacks, _eager_order_ops(options, fallbacks))
         if self.profile_kernels:
             patches["cpp.enable_kernel_profile"] = True
         return patches
@@ -292,7 +230,7 @@ class InductorBackend(Backend):
 
             def compile_region(cut: Cut = cut) -> Any:
                 sub, args = lifted(cut)
-                with fallbacks_installed(fallbacks), eager_order_installed(eager_order), _cacheable():
+                with fallbacks_installed(fallbacks), eager_order_installed(eager_order), cacheable():
                     return compile_fx(sub, args, config_patches=patches)
 
             jobs.append(_RegionJob(cut.call, keys[span], compile_region, cut.last - cut.first + 1))
@@ -305,22 +243,6 @@ class _RegionJob:
     key: str  # region_cache.region_key: identical regions share it
     compile: Callable[[], Any]
     ops: int  # how many ops it holds: its compile cost grows with them
-
-
-def helper_share(sizes: dict[str, int]) -> set[str]:
-    """The regions (key → ops) for the compile helper: largest first, each to whichever side
-    has less work so far, the worker first. Handing over every second region in graph
-    order gave one side the big repeated unit and the other only small ends."""
-    worker = helper = 0
-    share: set[str] = set()
-    for key in sorted(sizes, key=lambda k: -sizes[k]):
-        cost = sizes[key] + REGION_FIXED_OPS
-        if helper < worker:
-            share.add(key)
-            helper += cost
-        else:
-            worker += cost
-    return share
 
 
 def _eager_order_ops(options: dict[str, Any], fallbacks: tuple[str, ...]) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""Inductor's process-global tables, edited for one compile and restored after.
+"""Inductor's process-global tables, edited for one compile and restored after, and the
+fallbacks that edit them.
 
 Fallbacks and eager-order forms both work by editing Inductor's decomposition tables
 and its lowerings (passing ``compile_fx`` a decomposition table of our own would put
@@ -11,6 +12,29 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from typing import Any
+
+import torch
+from torch import fx
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+aten = torch.ops.aten
+
+# Op types (as named in the op list) → the ATen ops that implement them. Fallbacks keep
+# these ATen kernels inside a region, bit-identical to eager, instead of re-generating them.
+FALLBACK_ATEN: dict[str, tuple[str, ...]] = {
+    "mean": ("mean",),
+    "softmax": ("_softmax",),
+    "log_softmax": ("_log_softmax",),
+    "gelu": ("gelu",),
+    "sin": ("sin",),
+    "cos": ("cos",),
+    "tanh": ("tanh",),
+    "exp": ("exp",),
+    "erf": ("erf",),
+    "sum": ("sum",),
+    "var": ("var",),
+    "layer_norm": ("native_layer_norm",),
+}
 
 
 @contextlib.contextmanager
@@ -37,3 +61,53 @@ def tables_restored() -> Iterator[list[dict[Any, Any]]]:
         lowering.fallbacks.update(saved_fallbacks)
         lowering.needs_realized_inputs.clear()
         lowering.needs_realized_inputs.update(saved_realized)
+
+
+class FallbackKey(CustomGraphPass):
+    """A no-op pass whose uuid puts the fallback set and the eager-order rewrites (global
+    tables Inductor's FX-graph cache key does not see) into that key."""
+
+    def __init__(self, fallbacks: tuple[str, ...], eager_order: tuple[str, ...] = ()) -> None:
+        self.fallbacks, self.eager_order = fallbacks, eager_order
+
+    def __call__(self, graph: fx.Graph) -> None:
+        return None
+
+    def uuid(self) -> Any:
+        return "sktune-plan-v2|fallbacks:" + ",".join(self.fallbacks) + "|eager-order:" + ",".join(self.eager_order)
+
+
+@contextlib.contextmanager
+def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[None]:
+    """Make ``op_types`` Inductor fallbacks for one compile; restore the global tables after.
+
+    The ops leave Inductor's global decomposition table for the compile (passing
+    ``compile_fx`` a table of our own would put unpicklable ops into its cache key and
+    turn the FX-graph cache off), and get fallback lowerings.
+    """
+    from torch._inductor import lowering
+
+    with tables_restored() as tables:
+        for op_type in op_types:
+            for aten_name in FALLBACK_ATEN[op_type]:
+                packet = getattr(aten, aten_name)
+                for overload in packet.overloads():
+                    for table in tables:
+                        table.pop(getattr(packet, overload), None)
+                lowering.make_fallback(packet, override_decomp=True, warn=False)
+        yield
+
+
+@contextlib.contextmanager
+def cacheable() -> Iterator[None]:
+    """A tracing context with a shape environment around ``compile_fx``.
+
+    Outside Dynamo there is none, and Inductor's FX-graph cache and AOTAutograd's cache
+    both bypass a compile without one ("No shape env"): every region would compile cold.
+    """
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
+        yield

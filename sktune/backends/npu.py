@@ -32,8 +32,7 @@ import copy
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,9 @@ from sktune.capabilities import OptionSpec
 from sktune.backends.npu_option_check import MAX_DISTINCT_SCOPES, validate_compile_options, validate_scope_names
 from sktune.backends.npu_option_schema import OPTIMIZE, KeySet, check_torch_npu_version
 from sktune.backends.npu_option_space import optimize_options_from_params, search_options
-from sktune.backends.npu_meta import FAIL_REASONS, check_effective_options, meta_files
+from sktune.backends.npu_first_run import CheckedFirstRun, cann_work_path, made
+from sktune.backends.npu_fusion import planned_vs_actual
+from sktune.backends.npu_meta import FAIL_REASONS, meta_files
 from sktune.backends.npu_static_cache import static_cache_rule
 from sktune.errors import SktuneError
 from sktune.graph.markers import insert_scope_markers, scope_marker_ops
@@ -160,13 +161,13 @@ class NpuBackend(Backend):
         marked = self.marked_graph(graph, plan)
         if not self.for_trials:
             return _npugraph_ex()(marked, list(graph.flat_args), options=options)
-        meta_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=_made(self.meta_root)))
+        meta_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=made(self.meta_root)))
         # A new candidate: nothing of the last one's first run may be reported as its own.
         self.last_static, self.last_effective, self.last_meta_dir = None, None, None
         started = time.perf_counter()
         with cann_work_path(meta_dir):
             compiled = _npugraph_ex()(marked, list(graph.flat_args), options=options)
-        return _CheckedFirstRun(compiled, options.get(OPTIMIZE) or {}, meta_dir, self,
+        return CheckedFirstRun(compiled, options.get(OPTIMIZE) or {}, meta_dir, self,
                                 time.perf_counter() - started)
 
     def reference(self, graph: OpGraph) -> CompiledModel:
@@ -182,6 +183,10 @@ class NpuBackend(Backend):
         return Plan.make(plan.scopes, options)
 
     # -- device and measurement ------------------------------------------------------
+    def fusion_facts(self, plan: Plan, observed: dict[str, Any]) -> dict[str, Any]:
+        """Which of the plan's scopes the profile shows as SuperKernels (``npu_fusion``)."""
+        return {"fusion": planned_vs_actual(plan, observed["superkernels"])} if "superkernels" in observed else {}
+
     def synchronize(self) -> None:
         torch.npu.synchronize()  # type: ignore[attr-defined]
 
@@ -259,7 +264,7 @@ class NpuBackend(Backend):
 
         prof_mod = torch_npu.profiler
         # Kept: one fresh directory per measurement, never an earlier one's files.
-        out = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=_made(self.profile_root)))
+        out = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=made(self.profile_root)))
         with prof_mod.profile(
             activities=[prof_mod.ProfilerActivity.CPU, prof_mod.ProfilerActivity.NPU],
             # keyword arguments: the order differs from torch.profiler.schedule
@@ -279,57 +284,3 @@ class NpuBackend(Backend):
         if not with_steps:
             return summary
         return summary, step_spans(summary, len(fns))  # a ProfileError names the fix
-
-
-class _CheckedFirstRun:
-    """The compiled model; its first call (where npugraph_ex compiles the static kernels and
-    builds the SuperKernels) runs with its own CANN work path and is timed, and then the
-    options CANN says it really used are checked."""
-
-    def __init__(self, fn: CompiledModel, requested: dict[str, Any], meta_dir: Path, backend: NpuBackend,
-                 compile_s: float) -> None:
-        self.fn, self.requested, self.meta_dir, self.backend = fn, requested, meta_dir, backend
-        self.compile_s = compile_s
-        self.checked = False
-
-    def __call__(self, *args: Any) -> Any:
-        if self.checked:
-            return self.fn(*args)
-        started = time.perf_counter()
-        with cann_work_path(self.meta_dir):
-            out = self.fn(*args)
-        self.checked = True
-        self.backend.last_meta_dir = self.meta_dir
-        self.backend.last_static = self._static_compile(time.perf_counter() - started)
-        self.backend.last_effective = check_effective_options(self.requested, self.meta_dir).status
-        return out
-
-    def _static_compile(self, first_run_s: float) -> dict[str, Any]:
-        """Seconds of compile + first forward; an emulated Ascend states its own figure
-        (``emulated_static_compile``, emulator only: wall time there is near zero)."""
-        stated = getattr(self.fn, "emulated_static_compile", None)
-        if isinstance(stated, dict) and self.backend.emulated:
-            return {"seconds": float(stated["seconds"]), "uncached_s": float(stated["uncached_s"]),
-                    "emulated": True}
-        return {"seconds": self.compile_s + first_run_s, "uncached_s": None, "emulated": False}
-
-
-def _made(directory: Path) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
-
-
-@contextmanager
-def cann_work_path(directory: Path) -> Iterator[None]:
-    """CANN's work path (where it writes ``sk_meta/``) and its kernel-meta switch, for the
-    compile and the first forward of one trial; the previous values are restored after."""
-    saved = {k: os.environ.get(k) for k in ("ASCEND_WORK_PATH", "ASCEND_OP_COMPILE_SAVE_KERNEL_META")}
-    os.environ.update(ASCEND_WORK_PATH=str(directory.resolve()), ASCEND_OP_COMPILE_SAVE_KERNEL_META="1")
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

@@ -100,13 +100,15 @@ def unit_starts(repeats: Repeats | None, n_ops: int) -> tuple[int, ...]:
     return tuple(s for s in starts if 0 < s < n_ops)
 
 
-def stitched(spans: Sequence[tuple[int, int]], starts: Sequence[int],
-             legal: set[int] | None = None) -> list[tuple[int, int]]:
-    """``spans`` cut before every unit start strictly inside one (where legal; None: anywhere)."""
+def stitched(spans: Sequence[tuple[int, int]], starts: Sequence[int], legal: set[int]) -> list[tuple[int, int]]:
+    """``spans`` cut before every unit start strictly inside one, where the cut is legal
+    (``legal``: the graph's boundaries, a cut after op ``i`` for each ``i``). The one
+    stitching rule: the backend compiles by it and the refinement asks it (via
+    ``Backend.option_changes_plan``) whether stitching changes a plan."""
     out = []
     for first, last in spans:
         for start in starts:
-            if first < start <= last and (legal is None or start - 1 in legal):
+            if first < start <= last and start - 1 in legal:
                 out.append((first, start - 1))
                 first = start
         out.append((first, last))

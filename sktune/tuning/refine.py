@@ -23,9 +23,9 @@ from typing import Any
 
 import optuna
 
-from sktune.backends.inductor import STITCH_OPTION
+from sktune.backends import backend_class
 from sktune.graph.grouping import regions
-from sktune.graph.structure import stitched, unit_starts
+from sktune.graph.structure import unit_starts
 from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.objective import TrialFailed
@@ -36,13 +36,13 @@ log = logging.getLogger(__name__)
 REFINED = "best+"  # refinement trials are anchors named "best+<option>=<value>"
 
 
-def changes_anything(plan: Plan, space: SearchSpace, option: str) -> bool:
-    """Whether setting ``option`` can change how ``plan`` runs: it needs a region, and
-    stitching needs a region that the backend would cut at a unit edge (``stitched``)."""
-    spans = regions(space.n_ops, plan.scopes)
-    if option != STITCH_OPTION:
-        return bool(spans)
-    return stitched(spans, unit_starts(space.repeats, space.n_ops)) != spans
+def changes_anything(study: optuna.Study, plan: Plan, space: SearchSpace, option: str) -> bool:
+    """Whether setting ``option`` can change how ``plan`` runs, as the study's backend says
+    (``Backend.option_changes_plan``: e.g. stitching needs a region it would cut at a unit edge)."""
+    backend = backend_class(study.user_attrs[StudyAttr.BACKEND])
+    return backend.option_changes_plan(option, regions(space.n_ops, plan.scopes),
+                                       unit_starts(space.repeats, space.n_ops),
+                                       set(study.user_attrs.get(StudyAttr.BOUNDARIES) or ()))
 
 
 def next_refinement(study: optuna.Study, space: SearchSpace,
@@ -59,11 +59,12 @@ def next_refinement(study: optuna.Study, space: SearchSpace,
     best = study.trials[searched[0].number]
     plan = Plan.from_json(best.user_attrs[TrialAttr.PLAN])
     tried = {json_key(t.user_attrs.get(TrialAttr.PLAN)) for t in study.trials}
+    whole_regions = backend_class(study.user_attrs[StudyAttr.BACKEND]).whole_region_option
     for option in space.options:
         for value in option.costly_choices:
-            if plan.option_dict.get(option.name) == value or not changes_anything(plan, space, option.name):
+            if plan.option_dict.get(option.name) == value or not changes_anything(study, plan, space, option.name):
                 continue
-            if option.name == STITCH_OPTION and too_costly(study, whole_region_cap) is not None:
+            if option.name == whole_regions and too_costly(study, whole_region_cap) is not None:
                 continue
             overrides = {**(best.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}), option.name: value}
             variant = space.with_options(plan, overrides)
@@ -106,7 +107,9 @@ def refine_best(study: optuna.Study, space: SearchSpace, objective: Callable[[op
     """Try the best plan with each costly option value, one trial each (module docstring).
     A whole-region refinement left out for its cost is noted in the study."""
     best = top_records(study, 1)
-    stitched_best = bool(best) and changes_anything(Plan.from_json(best[0].plan), space, STITCH_OPTION)
+    whole_regions = backend_class(study.user_attrs[StudyAttr.BACKEND]).whole_region_option
+    stitched_best = bool(best) and whole_regions is not None and changes_anything(
+        study, Plan.from_json(best[0].plan), space, whole_regions)
     if stitched_best and (skipped := too_costly(study, whole_region_cap)) is not None:
         study.set_user_attr(StudyAttr.WHOLE_REGION_SKIPPED, skipped)
     while (refinement := next_refinement(study, space, whole_region_cap)) is not None:

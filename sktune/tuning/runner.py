@@ -1,4 +1,5 @@
-"""Runs trials: holds the captured graph, the input sets and the reference outputs.
+"""Runs trials: applies, verifies and measures plans on the model that start-up loaded
+(``tuning/startup.py``: the captured graph, the input sets and the reference outputs).
 
 Lives in the worker process (tuning/worker.py); tests may use it in-process.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,54 +16,17 @@ import torch
 
 from sktune.backends import get_backend
 from sktune.backends.compile_helper import CompileHelper, HelperSpec
-from sktune.errors import CaptureError, ModelFileError, NondeterministicModelError
 from sktune.graph.aliasing import kernelless_ops
-from sktune.graph.capture_cache import capture_cached
 from sktune.graph.grouping import group_ops, regions
-from sktune.graph.opgraph import OpGraph
-from sktune.load import build, draw_inputs, load_model_file, shape_weights
 from sktune.measure.op_profile import profile_ops
-from sktune.measure.sk_names import fused_scopes
 from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.space.plan import Plan, Scope
 from sktune.tuning.probe import across_shapes, probe_exactness
 from sktune.tuning.protocol import StaticCompile, TimingUpdate, TrialRequest, TrialResult
-from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
+from sktune.tuning.startup import RunnerConfig, ShapeSet, load_model, signature
+from sktune.verify import compare_outputs, flatten_outputs
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunnerConfig:
-    model_path: str
-    backend: str = "inductor"
-    threads: int = 1
-    input_sets: int = 3
-    n_batches: int = 30  # interleaved pairs; ~0.3 s per side: cheap next to a compile
-    batch_target_s: float = 0.005
-    probe_cache: str | None = None  # JSON file of exactness-probe answers; None: do not probe
-    shapes: tuple[str, ...] | None = None  # the model's shapes to tune for (--shapes); None: all
-    capture_cache: str | None = None  # folder of saved captured graphs; None: always capture
-    compile_helper: bool = False  # a second process compiles half of each plan's new regions
-    # The helper compiles the fuse-all yardstick while the worker probes (the study has no
-    # fuse-all trial yet): on a deep model its whole-graph compile is the costliest of all.
-    prefetch_fuse_all: bool = False
-
-
-@dataclass
-class ShapeSet:
-    """One served shape: its own captured graph (shapes are static), input sets and references.
-
-    One plan serves every shape, so every shape's graph has the same ops in the same order.
-    """
-
-    name: str | None  # None: a model without input_shapes()
-    weight: float
-    graph: OpGraph
-    inputs: list[tuple[torch.Tensor, ...]]
-    args: list[list[torch.Tensor]]
-    reference_fn: Any
-    references: list[list[torch.Tensor]]
 
 
 class TrialRunner:
@@ -76,36 +39,16 @@ class TrialRunner:
         torch.set_num_threads(config.threads)
         torch.set_grad_enabled(False)
         self.backend = get_backend(config.backend, for_trials=True)
-        clock = time.perf_counter()
-        self.startup_s: dict[str, float] = {}  # where worker start-up time went
-        source = load_model_file(config.model_path)
-        self.source = source
-        device = self.backend.device
-        model = build(source).to(device)
-        self.weights = shape_weights(source, config.shapes)  # {}: one shape, as the model draws it
-        # The heaviest shape first: it is measured first and prunes for the others.
-        names: list[str | None] = sorted(self.weights, key=lambda n: -self.weights[n]) or [None]
-        drawn = {name: [tuple(t.to(device) for t in draw_inputs(source, seed, name))
-                        for seed in range(config.input_sets)] for name in names}
-        for inputs in drawn.values():
-            _check_same_signature(inputs, source.path)
-        _check_outputs_and_mutation(model, drawn[names[0]][0], source.path)
-        self.startup_s["load"] = time.perf_counter() - clock
-        clock = time.perf_counter()
-        capture_dir = None if config.capture_cache is None else Path(config.capture_cache)
-        captured = {name: capture_cached(model, drawn[name][0], capture_dir, source.sha256) for name in names}
-        graphs = {name: graph for name, (graph, _) in captured.items()}
-        self.capture_reused = all(reused for _, reused in captured.values())
-        for name in names[1:]:
-            _check_same_ops(graphs[names[0]], graphs[name], names[0], name)
-        self.startup_s["capture"] = time.perf_counter() - clock
-        clock = time.perf_counter()
-        self.shape_sets = {name: self._shape_set(name, graphs[name], drawn[name]) for name in names}
-        primary = self.shape_sets[names[0]]
+        loaded = load_model(config, self.backend)
+        self.source, self.weights, self.shape_sets = loaded.source, loaded.weights, loaded.shape_sets
+        self.capture_reused = loaded.capture_reused
+        self.startup_s: dict[str, float] = dict(loaded.startup_s)  # where worker start-up time went
+        primary = self.shape(None)
         self.graph, self.inputs, self.args = primary.graph, primary.inputs, primary.args
         self.reference_fn, self.references = primary.reference_fn, primary.references
+        clock = time.perf_counter()
         self.backend.observe(lambda: self.reference_fn(*self.args[0]))
-        self.startup_s["reference"] = time.perf_counter() - clock
+        self.startup_s["reference"] += time.perf_counter() - clock
         clock = time.perf_counter()
         self.op_profile = profile_ops(self.graph.gm, self.args[0])
         self.kernelless = kernelless_ops(self.graph.gm, self.args[0])
@@ -130,30 +73,13 @@ class TrialRunner:
         self._current: tuple[Any, ShapeSet, list[float], list[float]] | None = None  # candidate being measured
 
     def _start_helper(self) -> CompileHelper | None:
-        if not hasattr(self.backend, "helper") or (os.cpu_count() or 1) < 2:
+        if not self.backend.shares_compiles or (os.cpu_count() or 1) < 2:
             return None
         spec = HelperSpec(self.config.model_path, self.config.backend, tuple(self.shape_sets),
                           self.config.capture_cache)
         helper = CompileHelper(spec, {name: s.graph for name, s in self.shape_sets.items()})
         self.backend.helper = helper
         return helper
-
-    def _shape_set(self, name: str | None, graph: OpGraph, inputs: list[tuple[torch.Tensor, ...]]) -> ShapeSet:
-        """Capture's companion: the shape's unfused references, checked to be deterministic."""
-        args = [graph.args_for(i) for i in inputs]
-        reference_fn = self.backend.reference(graph)
-        references = [flatten_outputs(reference_fn(*a)) for a in args]
-        for k, a in enumerate(args):
-            again = compare_outputs(references[k], flatten_outputs(reference_fn(*a)))
-            if again:
-                at = "" if name is None else f" at shape {name!r}"
-                raise NondeterministicModelError(
-                    f"the model is nondeterministic: two unfused runs on input set {k}{at} differ "
-                    f"(output {again[0].output_index}: {again[0].count} elements, max {again[0].max_ulp} ULP). "
-                    "Bitwise verification needs a deterministic model (no dropout in train mode, "
-                    "no random ops in forward, deterministic kernels)."
-                )
-        return ShapeSet(name, self.weights.get(name or "", 1.0), graph, inputs, args, reference_fn, references)
 
     def shape(self, name: str | None) -> ShapeSet:
         """The named shape (None: the heaviest, which the plain requests use)."""
@@ -175,9 +101,9 @@ class TrialRunner:
             "exactness": self.exactness,
             "startup_s": self.startup_s,
             "model_sha256": self.source.sha256,
-            "input_shapes": _signature(self.inputs[0]),
+            "input_shapes": signature(self.inputs[0]),
             # Heaviest first; empty for a model without input_shapes().
-            "shapes": {name: {"weight": s.weight, "input_shapes": _signature(s.inputs[0])}
+            "shapes": {name: {"weight": s.weight, "input_shapes": signature(s.inputs[0])}
                        for name, s in self.shape_sets.items() if name is not None},
         }
 
@@ -205,8 +131,7 @@ class TrialRunner:
         timing, observed = self._measure(n_batches)
         measured = time.perf_counter()
         observed.update(compile_counts)
-        if "superkernels" in observed:
-            observed["fusion"] = planned_vs_actual(plan, observed["superkernels"])
+        observed.update(self.backend.fusion_facts(plan, observed))
         return TrialResult(
             bitwise=not mismatches, mismatches=tuple(mismatches[:20]), timing=timing,
             groups=tuple(group_ops(n_ops, plan.scopes)), regions=tuple(regions(n_ops, plan.scopes)),
@@ -313,72 +238,9 @@ class TrialRunner:
             fn = self.reference_fn
         else:
             backend = get_backend(self.config.backend, profile_kernels=True, for_trials=True)
-            if hasattr(backend, "helper"):
-                backend.helper = self.helper  # it compiles some of the profiling build's regions too
+            backend.helper = self.helper  # it compiles some of the profiling build's regions too
             fn = backend.compile(self.graph, Plan.from_json(plan_json))
         return self.backend.profile_step(lambda: fn(*args0))
 
 
-def planned_vs_actual(plan: Plan, superkernels: list[dict[str, Any]]) -> dict[str, Any]:
-    """Which named scopes really became SuperKernels (a scope is a request, not a guarantee).
-    A plan without scopes leaves the choice to the compiler: what it fused is ``automatic``,
-    as is a SuperKernel of scope ``none`` (no named scope; docs/npu_api.md, "Profiler")."""
-    planned = sorted({s.name for s in plan.scopes if s.name is not None})
-    fused, automatic = fused_scopes(superkernels, planned)  # SuperKernel names read with the plan's scopes
-    if not plan.scopes:
-        return {"planned": [], "fused": [], "not_fused": [], "unexpected": [], "automatic": sorted(fused + automatic)}
-    out = {"planned": planned, "fused": [n for n in planned if n in fused],
-           "not_fused": [n for n in planned if n not in fused], "unexpected": [n for n in fused if n not in planned]}
-    return {**out, "automatic": automatic} if automatic else out
-
-
-def _check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path) -> None:
-    first = [(tuple(t.shape), t.dtype) for t in input_sets[0]]
-    for seed, inputs in enumerate(input_sets[1:], start=1):
-        if [(tuple(t.shape), t.dtype) for t in inputs] != first:
-            raise ModelFileError(
-                f"example_inputs({seed}) in {path} returns other shapes or dtypes than example_inputs(0); "
-                "each seed must draw new values with the same shapes and dtypes"
-            )
-
-
-def _signature(inputs: tuple[torch.Tensor, ...]) -> list[list[Any]]:
-    """The user inputs' [shape, dtype], as studies and exports record them."""
-    return [[list(t.shape), str(t.dtype)] for t in inputs]
-
-
-def _check_same_ops(first: OpGraph, other: OpGraph, first_name: str | None, other_name: str | None) -> None:
-    """Op indices, and so plans, must mean the same at every shape: the same ops, in order."""
-    for a, b in zip(first.ops, other.ops):
-        if (a.target, a.module) != (b.target, b.module):
-            raise CaptureError(
-                f"shapes {first_name!r} and {other_name!r} capture different graphs: op {a.index} is "
-                f"{a.target} ({a.module or 'top level'}{', ' + a.source if a.source else ''}) at {first_name!r} "
-                f"but {b.target} ({b.module or 'top level'}{', ' + b.source if b.source else ''}) at "
-                f"{other_name!r}. One plan serves every shape, so every shape must run the same ops "
-                "(a shape-dependent branch in forward breaks this)")
-    if len(first.ops) != len(other.ops):
-        n = min(len(first.ops), len(other.ops))
-        longer, name = (first, first_name) if len(first.ops) > n else (other, other_name)
-        raise CaptureError(
-            f"shapes {first_name!r} and {other_name!r} capture different graphs: {len(first.ops)} ops at "
-            f"{first_name!r}, {len(other.ops)} at {other_name!r}; the first extra op is {longer.ops[n].target} "
-            f"(op {n}, at {name!r}). One plan serves every shape, so every shape must run the same ops")
-
-
-def _check_outputs_and_mutation(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> None:
-    before = [t.clone() for t in inputs]
-    try:
-        out = model(*inputs)
-    except Exception as exc:
-        raise ModelFileError(f"the model's forward raised {type(exc).__name__}: {exc}") from exc
-    try:
-        flatten_outputs(out)
-    except TypeError as exc:
-        raise ModelFileError(f"the forward of {path} must return tensors: {exc}") from exc
-    for k, (old, new) in enumerate(zip(before, inputs)):
-        if not bitwise_equal(old, new):  # raw bits: an input holding NaN is not "modified"
-            raise ModelFileError(
-                f"the forward of {path} modifies its input {k} in place; sktune runs the model "
-                "many times on the same inputs, so the forward must not mutate them"
-            )
+__all__ = ["RunnerConfig", "TrialRunner"]

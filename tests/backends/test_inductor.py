@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sktune.backends.inductor import InductorBackend, fallbacks_installed
+from sktune.backends.inductor import InductorBackend
+from sktune.backends.inductor_tables import fallbacks_installed
 from sktune.graph.capture import capture
 from sktune.graph.grouping import regions
 from sktune.load import build, draw_inputs, load_model_file

@@ -214,9 +214,9 @@ def test_static_compile_seconds_are_the_emulators_and_labelled(chain, backend, s
 
 
 def test_static_compile_seconds_on_a_host_are_wall_time(backend, tmp_path) -> None:
-    from sktune.backends.npu import _CheckedFirstRun
+    from sktune.backends.npu_first_run import CheckedFirstRun
 
-    first = _CheckedFirstRun(lambda *a: a, {}, tmp_path, backend, compile_s=1.5)
+    first = CheckedFirstRun(lambda *a: a, {}, tmp_path, backend, compile_s=1.5)
     first(1)
     assert backend.last_static["seconds"] >= 1.5 and backend.last_static["emulated"] is False
     assert backend.last_static["uncached_s"] is None and backend.last_effective == "absent"
@@ -290,7 +290,7 @@ def test_without_torch_npu_one_clear_message(monkeypatch) -> None:
 
 
 def test_planned_vs_actual_fusion() -> None:
-    from sktune.tuning.runner import planned_vs_actual
+    from sktune.backends.npu_fusion import planned_vs_actual
 
     plan = Plan.make([Scope(0, 3, "layer_0"), Scope(4, 7, "layer_1"), Scope(8, 9, None)])
     rows = [{"scope": "layer_0", "name": "sk_layer_0_start_RmsNorm_end_MatMulV2_0"}, {"scope": None}]

@@ -19,16 +19,22 @@ from tests.report_fixtures import _timing
 MODELS = Path(__file__).parent.parent / "models"
 
 
+BOUNDARIES: list[int] = []  # the captured graph's legal cuts, as a real study records them
+
+
 @pytest.fixture(scope="module")
 def space():
     source = load_model_file(MODELS / "stack_deeper.py")
     graph = capture(build(source), draw_inputs(source, 0))
     caps = InductorBackend().capabilities(graph)
+    BOUNDARIES[:] = graph.boundaries
     return build_space([o.target for o in graph.ops], [o.module for o in graph.ops], graph.boundaries, caps)
 
 
 def _study_with(space, params: dict, ratio: float) -> optuna.Study:
     study = optuna.create_study(direction="minimize")
+    study.set_user_attr(StudyAttr.BACKEND, "inductor")
+    study.set_user_attr(StudyAttr.BOUNDARIES, list(BOUNDARIES))
     dist = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.domains().items()}
     study.add_trial(optuna.trial.create_trial(
         value=ratio, params=params, distributions={k: dist[k] for k in params},
@@ -52,8 +58,8 @@ def _objective(space, ratios: dict[str, float], ran: list[dict]):
 
 def test_the_best_plan_is_tried_with_each_costly_value_alone(space) -> None:
     best = dict(space.anchors())["fuse-all+fallbacks"]
-    assert changes_anything(space.decode(best), space, "stitch_units")
     study = _study_with(space, best, 0.7)
+    assert changes_anything(study, space.decode(best), space, "stitch_units")
     ran: list[dict] = []
     # Whole regions win (0.65); the C++ wrapper is still tried on the searched best alone
     # (never both together: a wrapper around one whole region compiles for minutes).
@@ -68,8 +74,9 @@ def test_the_best_plan_is_tried_with_each_costly_value_alone(space) -> None:
 
 def test_stitching_is_not_retried_when_no_region_spans_a_layer(space) -> None:
     per_unit = space.params_for([True] * len(space.blocks), split=space.unit_edges())
-    assert not changes_anything(space.decode(per_unit), space, "stitch_units")
-    name, _, overrides = next_refinement(_study_with(space, per_unit, 0.7), space)
+    study = _study_with(space, per_unit, 0.7)
+    assert not changes_anything(study, space.decode(per_unit), space, "stitch_units")
+    name, _, overrides = next_refinement(study, space)
     assert name == "best+cpp_wrapper=True" and overrides == {"cpp_wrapper": True}
 
 

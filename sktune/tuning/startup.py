@@ -1,0 +1,168 @@
+"""Worker start-up: load the model file, draw the input sets, capture one graph per served
+shape and take its unfused references, with the checks a user's model must pass.
+
+The worker side of the pipe (``tuning/worker.py`` starts it); ``runner.py`` then applies,
+verifies and measures plans on what this loaded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sktune.backends import Backend
+from sktune.errors import CaptureError, ModelFileError, NondeterministicModelError
+from sktune.graph.capture_cache import capture_cached
+from sktune.graph.opgraph import OpGraph
+from sktune.load import ModelSource, build, draw_inputs, load_model_file, shape_weights
+from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    model_path: str
+    backend: str = "inductor"
+    threads: int = 1
+    input_sets: int = 3
+    n_batches: int = 30  # interleaved pairs; ~0.3 s per side: cheap next to a compile
+    batch_target_s: float = 0.005
+    probe_cache: str | None = None  # JSON file of exactness-probe answers; None: do not probe
+    shapes: tuple[str, ...] | None = None  # the model's shapes to tune for (--shapes); None: all
+    capture_cache: str | None = None  # folder of saved captured graphs; None: always capture
+    compile_helper: bool = False  # a second process compiles half of each plan's new regions
+    # The helper compiles the fuse-all yardstick while the worker probes (the study has no
+    # fuse-all trial yet): on a deep model its whole-graph compile is the costliest of all.
+    prefetch_fuse_all: bool = False
+
+
+@dataclass
+class ShapeSet:
+    """One served shape: its own captured graph (shapes are static), input sets and references.
+
+    One plan serves every shape, so every shape's graph has the same ops in the same order.
+    """
+
+    name: str | None  # None: a model without input_shapes()
+    weight: float
+    graph: OpGraph
+    inputs: list[tuple[torch.Tensor, ...]]
+    args: list[list[torch.Tensor]]
+    reference_fn: Any
+    references: list[list[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What start-up loaded: the model file, each served shape (heaviest first), and where
+    the time went."""
+
+    source: ModelSource
+    weights: dict[str, float]  # {}: one shape, as the model draws it
+    shape_sets: dict[str | None, ShapeSet]
+    capture_reused: bool  # every shape's graph came from the capture cache
+    startup_s: dict[str, float]
+
+
+def load_model(config: RunnerConfig, backend: Backend) -> LoadedModel:
+    """Load, check and capture the model at every served shape, with its unfused references."""
+    clock = time.perf_counter()
+    startup_s: dict[str, float] = {}
+    source = load_model_file(config.model_path)
+    device = backend.device
+    model = build(source).to(device)
+    weights = shape_weights(source, config.shapes)
+    # The heaviest shape first: it is measured first and prunes for the others.
+    names: list[str | None] = sorted(weights, key=lambda n: -weights[n]) or [None]
+    drawn = {name: [tuple(t.to(device) for t in draw_inputs(source, seed, name))
+                    for seed in range(config.input_sets)] for name in names}
+    for inputs in drawn.values():
+        _check_same_signature(inputs, source.path)
+    _check_outputs_and_mutation(model, drawn[names[0]][0], source.path)
+    startup_s["load"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    capture_dir = None if config.capture_cache is None else Path(config.capture_cache)
+    captured = {name: capture_cached(model, drawn[name][0], capture_dir, source.sha256) for name in names}
+    graphs = {name: graph for name, (graph, _) in captured.items()}
+    for name in names[1:]:
+        _check_same_ops(graphs[names[0]], graphs[name], names[0], name)
+    startup_s["capture"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    shape_sets = {name: shape_set(backend, name, weights.get(name or "", 1.0), graphs[name], drawn[name])
+                  for name in names}
+    startup_s["reference"] = time.perf_counter() - clock
+    return LoadedModel(source, weights, shape_sets, all(reused for _, reused in captured.values()), startup_s)
+
+
+def shape_set(backend: Backend, name: str | None, weight: float, graph: OpGraph,
+              inputs: list[tuple[torch.Tensor, ...]]) -> ShapeSet:
+    """Capture's companion: the shape's unfused references, checked to be deterministic."""
+    args = [graph.args_for(i) for i in inputs]
+    reference_fn = backend.reference(graph)
+    references = [flatten_outputs(reference_fn(*a)) for a in args]
+    for k, a in enumerate(args):
+        again = compare_outputs(references[k], flatten_outputs(reference_fn(*a)))
+        if again:
+            at = "" if name is None else f" at shape {name!r}"
+            raise NondeterministicModelError(
+                f"the model is nondeterministic: two unfused runs on input set {k}{at} differ "
+                f"(output {again[0].output_index}: {again[0].count} elements, max {again[0].max_ulp} ULP). "
+                "Bitwise verification needs a deterministic model (no dropout in train mode, "
+                "no random ops in forward, deterministic kernels)."
+            )
+    return ShapeSet(name, weight, graph, inputs, args, reference_fn, references)
+
+
+def _check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path) -> None:
+    first = [(tuple(t.shape), t.dtype) for t in input_sets[0]]
+    for seed, inputs in enumerate(input_sets[1:], start=1):
+        if [(tuple(t.shape), t.dtype) for t in inputs] != first:
+            raise ModelFileError(
+                f"example_inputs({seed}) in {path} returns other shapes or dtypes than example_inputs(0); "
+                "each seed must draw new values with the same shapes and dtypes"
+            )
+
+
+def signature(inputs: tuple[torch.Tensor, ...]) -> list[list[Any]]:
+    """The user inputs' [shape, dtype], as studies and exports record them."""
+    return [[list(t.shape), str(t.dtype)] for t in inputs]
+
+
+def _check_same_ops(first: OpGraph, other: OpGraph, first_name: str | None, other_name: str | None) -> None:
+    """Op indices, and so plans, must mean the same at every shape: the same ops, in order."""
+    for a, b in zip(first.ops, other.ops):
+        if (a.target, a.module) != (b.target, b.module):
+            raise CaptureError(
+                f"shapes {first_name!r} and {other_name!r} capture different graphs: op {a.index} is "
+                f"{a.target} ({a.module or 'top level'}{', ' + a.source if a.source else ''}) at {first_name!r} "
+                f"but {b.target} ({b.module or 'top level'}{', ' + b.source if b.source else ''}) at "
+                f"{other_name!r}. One plan serves every shape, so every shape must run the same ops "
+                "(a shape-dependent branch in forward breaks this)")
+    if len(first.ops) != len(other.ops):
+        n = min(len(first.ops), len(other.ops))
+        longer, name = (first, first_name) if len(first.ops) > n else (other, other_name)
+        raise CaptureError(
+            f"shapes {first_name!r} and {other_name!r} capture different graphs: {len(first.ops)} ops at "
+            f"{first_name!r}, {len(other.ops)} at {other_name!r}; the first extra op is {longer.ops[n].target} "
+            f"(op {n}, at {name!r}). One plan serves every shape, so every shape must run the same ops")
+
+
+def _check_outputs_and_mutation(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> None:
+    before = [t.clone() for t in inputs]
+    try:
+        out = model(*inputs)
+    except Exception as exc:
+        raise ModelFileError(f"the model's forward raised {type(exc).__name__}: {exc}") from exc
+    try:
+        flatten_outputs(out)
+    except TypeError as exc:
+        raise ModelFileError(f"the forward of {path} must return tensors: {exc}") from exc
+    for k, (old, new) in enumerate(zip(before, inputs)):
+        if not bitwise_equal(old, new):  # raw bits: an input holding NaN is not "modified"
+            raise ModelFileError(
+                f"the forward of {path} modifies its input {k} in place; sktune runs the model "
+                "many times on the same inputs, so the forward must not mutate them"
+            )
