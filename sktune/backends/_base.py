@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,6 +26,20 @@ from sktune.measure.timer import calibrate_calls_per_batch, interleaved_batches
 from sktune.space.plan import Plan
 
 CompiledModel = Callable[..., Sequence[torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class ExportSnippet:
+    """What ``sktune export`` writes for the best plan on a backend (report/export.py puts
+    the header, the plan literal and, where the scopes go into the user's source, the patch
+    step around it)."""
+
+    versions: str  # after "torch X" in the header: e.g. ", 1 thread(s)"
+    usage: str  # after "Use it as it was tuned: model.eval(), calls under torch.no_grad()"
+    before_plan: tuple[str, ...]  # comments, imports and settings before ``PLAN = ...``
+    # The compile call once the plan's scope markers are in the user's source (npu); None:
+    # the snippet ends with ``sktune.apply(model, PLAN, backend=...)`` instead.
+    compile_after_source_edit: str | None = None
 
 
 class Backend(ABC):
@@ -142,6 +157,13 @@ class Backend(ABC):
         runs (``unit_starts``: where repeated units start; ``legal``: the graph's legal cuts).
         By default an option matters wherever there is a region."""
         return bool(spans)
+
+    @classmethod
+    def export_snippet(cls, plan: Plan, environment: dict[str, Any], threads: int) -> ExportSnippet:
+        """The paste-ready form of ``plan`` (``sktune export``); by default ``sktune.apply``,
+        which inserts the plan into the captured graph for any backend."""
+        return ExportSnippet(f", {threads} thread(s)", f", torch.set_num_threads({threads}).",
+                             ("import sktune", ""))
 
     def diagnostic_plan(self, plan: Plan) -> Plan | None:
         """A variant of ``plan`` that explains a hang when rerun, or None."""

@@ -15,7 +15,7 @@ import torch
 from torch import fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from sktune.backends._base import Backend, CompiledModel
+from sktune.backends._base import Backend, CompiledModel, ExportSnippet
 from sktune.backends.compile_helper import CompileHelper, helper_share
 from sktune.backends.eager_order import EAGER_ORDER, eager_order_installed
 from sktune.backends.inductor_tables import FALLBACK_ATEN, FallbackKey, cacheable, fallbacks_installed
@@ -105,6 +105,15 @@ class InductorBackend(Backend):
         if option == STITCH_OPTION:
             return stitched(spans, unit_starts, legal) != list(spans)
         return super().option_changes_plan(option, spans, unit_starts, legal)
+
+    @classmethod
+    def export_snippet(cls, plan: Plan, environment: dict[str, Any], threads: int) -> ExportSnippet:
+        default = super().export_snippet(plan, environment, threads)
+        return ExportSnippet(default.versions, default.usage, (
+            "# sktune.apply returns torch.compile(model, backend=<the plan's Inductor regions>, fullgraph=True, "
+            "dynamic=False):",
+            "# each fused group is one Inductor-compiled region, everything else runs eagerly.",
+            *default.before_plan))
 
     def compile_counts(self) -> dict[str, float]:
         """Regions compiled and reused since the last call; with a helper, also the seconds

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from sktune.backends._base import Backend, CompiledModel
+from sktune.backends._base import Backend, CompiledModel, ExportSnippet
 from sktune.capabilities import OptionSpec
 from sktune.backends.npu_option_check import MAX_DISTINCT_SCOPES, validate_compile_options, validate_scope_names
 from sktune.backends.npu_option_schema import OPTIMIZE, KeySet, check_torch_npu_version
@@ -52,6 +52,7 @@ from sktune.graph.markers import insert_scope_markers, scope_marker_ops
 from sktune.graph.opgraph import OpGraph
 from sktune.space.plan import Plan, check_plan
 
+DEFAULT_TORCH_NPU = "2.14.0"  # key set assumed for an export when the study recorded no torch_npu version
 DEBUG_OPTIONS = "super_kernel_debug_options"  # plan option passed through as that dict
 PROFILE_WARMUP_STEPS = 2
 
@@ -127,6 +128,21 @@ class NpuBackend(Backend):
         return []  # every op in a SuperKernel already is its precompiled kernel
 
     # -- applying a plan -----------------------------------------------------------
+    @classmethod
+    def export_snippet(cls, plan: Plan, environment: dict[str, Any], threads: int) -> ExportSnippet:
+        """The tuned SuperKernel options as an ``OPTIONS`` literal for ``torch.compile``; the
+        scopes go into the user's source (``sktune export --format patch``) or via ``sktune.apply``."""
+        import pprint
+
+        version = environment.get("torch_npu") or DEFAULT_TORCH_NPU
+        options = cls(torch_npu_version_=version).compile_options(plan)
+        literal = "OPTIONS = " + pprint.pformat(options, sort_dicts=False, width=90).replace("\n", "\n" + " " * 10)
+        return ExportSnippet(
+            f", torch_npu {environment.get('torch_npu', '?')}", ".",
+            ("import torch", "import torch_npu  # noqa: F401  (registers the npugraph_ex backend)", "",
+             f"# SuperKernel options for torch_npu {version}:", literal),
+            'model = torch.compile(model, backend="npugraph_ex", options=OPTIONS, dynamic=False, fullgraph=True)')
+
     def compile_options(self, plan: Plan, fresh_static_kernels: bool = False) -> dict[str, Any]:
         """The exact ``options=`` for ``torch.compile(..., backend="npugraph_ex")``, validated.
 

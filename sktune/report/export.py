@@ -21,7 +21,6 @@ from sktune.tuning.records import StudyAttr
 from sktune.tuning.storage import mask_url
 
 EXPORT_VERSION = 1
-DEFAULT_TORCH_NPU = "2.14.0"  # key set assumed when the study recorded no torch_npu version
 
 
 def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
@@ -128,70 +127,54 @@ def _plan_literal(plan: Plan, n_ops: int) -> str:
 
 
 def export_python(study: optuna.Study, storage: str | None = None) -> str:
-    """A paste-ready snippet for the study's backend (expects ``model`` to be bound).
+    """A paste-ready snippet for the study's backend (expects ``model`` to be bound); the
+    backend says what it holds (``Backend.export_snippet``).
 
-    ``storage`` (the study's URL) goes into the command the npu snippet suggests."""
+    ``storage`` (the study's URL) goes into the command a source-editing snippet suggests."""
+    from sktune.backends import backend_class
+
     data, plan = _best(study)
     attrs = study.user_attrs
     env = attrs.get(StudyAttr.ENVIRONMENT) or {}
-    threads = attrs.get(StudyAttr.THREADS, 1)
-    npu = attrs.get(StudyAttr.BACKEND) == "npu"
+    backend = attrs.get(StudyAttr.BACKEND)
+    snippet = backend_class(backend).export_snippet(plan, env, attrs.get(StudyAttr.THREADS, 1))
     head = [
         f"# sktune export: study {study.study_name!r}, trial {data['best_trial']} "
-        f"({attrs.get('backend')} backend, torch {env.get('torch', '?')}"
-        + (f", torch_npu {env.get('torch_npu', '?')})" if npu else f", {threads} thread(s))"),
+        f"({backend} backend, torch {env.get('torch', '?')}{snippet.versions})",
         *_measured(data, plan, attrs.get(StudyAttr.INPUT_SETS)),
-        "# Use it as it was tuned: model.eval(), calls under torch.no_grad()"
-        + ("." if npu else f", torch.set_num_threads({threads})."),
+        "# Use it as it was tuned: model.eval(), calls under torch.no_grad()" + snippet.usage,
     ]
-    literal = _plan_literal(plan, len(attrs.get(StudyAttr.OPS, [])))
-    if npu:
-        return "\n".join(head + _npu_lines(study, plan, literal, env, storage)) + "\n"
-    return "\n".join(head + [
-        "# sktune.apply returns torch.compile(model, backend=<the plan's Inductor regions>, fullgraph=True, "
-        "dynamic=False):",
-        "# each fused group is one Inductor-compiled region, everything else runs eagerly.",
-        "import sktune",
-        "",
-        literal,
-        'model = sktune.apply(model, PLAN, backend="inductor")',
-    ]) + "\n"
+    lines = [*head, *snippet.before_plan, _plan_literal(plan, len(attrs.get(StudyAttr.OPS, [])))]
+    apply_line = f'model = sktune.apply(model, PLAN, backend="{backend}")'
+    compile_line = snippet.compile_after_source_edit
+    if compile_line is None:
+        return "\n".join([*lines, apply_line]) + "\n"
+    return "\n".join([*lines, *_source_edit_lines(study, plan, compile_line, apply_line, storage)]) + "\n"
 
 
-def _npu_lines(study: optuna.Study, plan: Plan, literal: str, env: dict[str, Any],
-               storage: str | None) -> list[str]:
-    from sktune.backends.npu import NpuBackend
-
-    version = env.get("torch_npu") or DEFAULT_TORCH_NPU
-    options = NpuBackend(torch_npu_version_=version).compile_options(plan)
-    compile_line = 'model = torch.compile(model, backend="npugraph_ex", options=OPTIONS, dynamic=False, fullgraph=True)'
-    lines = [
-        "import torch",
-        "import torch_npu  # noqa: F401  (registers the npugraph_ex backend)",
-        "",
-        f"# SuperKernel options for torch_npu {version}:",
-        _literal("OPTIONS", options),
-        literal,
-    ]
-    if not plan.scopes:  # no markers at all: SuperKernel picks what to fuse; nothing to edit
-        return lines + ["# The plan has no scopes: no source edit, only the tuned SuperKernel options.", compile_line]
+def _source_edit_lines(study: optuna.Study, plan: Plan, compile_line: str, apply_line: str,
+                       storage: str | None) -> list[str]:
+    """The scope markers into the user's source (a patch), then ``compile_line``; where the
+    source cannot take them, ``sktune.apply`` instead."""
+    if not plan.scopes:  # no markers at all: the compiler picks what to fuse; nothing to edit
+        return ["# The plan has no scopes: no source edit, only the tuned options.", compile_line]
     try:
         export_patch(study)
     except ExportError as exc:
-        return lines + [
+        return [
             f"# The scopes cannot be written into your source: {exc}".replace("\n", " "),
             "# sktune.apply inserts the scope markers into the captured graph and compiles it with exactly",
             f"#   {compile_line.removeprefix('model = ')}",
             "import sktune",
             "",
-            'model = sktune.apply(model, PLAN, backend="npu")',
+            apply_line,
         ]
-    return lines + [
+    return [
         "# 1. Put the scope markers into your source:",
         f"#      sktune export --study {study.study_name}{_storage_option(storage)} --format patch -o sktune.patch "
         "&& patch -p1 < sktune.patch",
-        '#    (or skip the edit: model = sktune.apply(model, PLAN, backend="npu") inserts them into the graph)',
-        "# 2. Compile with the tuned SuperKernel options:",
+        f"#    (or skip the edit: {apply_line} inserts them into the graph)",
+        "# 2. Compile with the tuned options:",
         compile_line,
     ]
 
