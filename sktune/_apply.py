@@ -129,7 +129,7 @@ class AppliedPlan:
         graph = opgraph_from(gm, list(args))
         self.tuned.check_fits(graph)
         # A plan tuned for another backend (its options) is refused here, with the reason.
-        self.backend.capabilities(graph).check_options(self.tuned.plan.option_dict)
+        self.backend.check_plan_options(graph, self.tuned.plan.option_dict)
         compiled = self.backend.compile(graph, self.tuned.plan)
         self.graphs.append(replace(graph, flat_args=(), input_positions=()))  # keep no tensors alive
         self.compiled.append(compiled)

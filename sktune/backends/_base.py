@@ -165,6 +165,11 @@ class Backend(ABC):
         return ExportSnippet(f", {threads} thread(s)", f", torch.set_num_threads({threads}).",
                              ("import sktune", ""))
 
+    def check_plan_options(self, graph: OpGraph, options: dict[str, Any]) -> None:
+        """Refuse a plan's options that this backend cannot run on ``graph`` (``PlanError``):
+        ``sktune.apply`` asks before compiling a tuned plan."""
+        self.capabilities(graph).check_options(options)
+
     def diagnostic_plan(self, plan: Plan) -> Plan | None:
         """A variant of ``plan`` that explains a hang when rerun, or None."""
         return None

@@ -41,20 +41,21 @@ import torch
 from sktune.backends._base import Backend, CompiledModel, ExportSnippet
 from sktune.capabilities import OptionSpec
 from sktune.backends.npu_option_check import MAX_DISTINCT_SCOPES, validate_compile_options, validate_scope_names
-from sktune.backends.npu_option_schema import OPTIMIZE, KeySet, check_torch_npu_version
-from sktune.backends.npu_option_space import optimize_options_from_params, search_options
+from sktune.backends.npu_option_schema import OPTIMIZE, KeySet, NpuOptionError, check_torch_npu_version
+from sktune.backends.npu_option_space import (DCCI_STRATEGY, dcci_options_for, optimize_options_from_params,
+                                              search_options)
 from sktune.backends.npu_first_run import CheckedFirstRun, cann_work_path, made
 from sktune.backends.npu_fusion import planned_vs_actual
 from sktune.backends.npu_meta import FAIL_REASONS, meta_files
+from sktune.backends.npu_profiling import profile_runs
 from sktune.backends.npu_static_cache import static_cache_rule
-from sktune.errors import SktuneError
+from sktune.errors import PlanError, SktuneError
 from sktune.graph.markers import insert_scope_markers, scope_marker_ops
 from sktune.graph.opgraph import OpGraph
 from sktune.space.plan import Plan, check_plan
 
 DEFAULT_TORCH_NPU = "2.14.0"  # key set assumed for an export when the study recorded no torch_npu version
 DEBUG_OPTIONS = "super_kernel_debug_options"  # plan option passed through as that dict
-PROFILE_WARMUP_STEPS = 2
 
 
 def torch_npu_version() -> str:
@@ -118,6 +119,18 @@ class NpuBackend(Backend):
         specs = search_options(self.kernel_types, self.key_set)
         # task_breaker_bypass only matters where an AI CPU op would end a SuperKernel.
         return [s for s in specs if self.ran_ai_cpu or not s.name.endswith("task_breaker_bypass")]
+
+    def check_plan_options(self, graph: OpGraph, options: dict[str, Any]) -> None:
+        """A per-type dcci strategy names the Ascend op types that the tuning run profiled;
+        ``sktune.apply`` has not profiled the baseline, so it checks that one by its form."""
+        strategy = options.get(DCCI_STRATEGY)
+        if strategy is None or strategy in ("safe", "none"):
+            return super().check_plan_options(graph, options)
+        try:
+            dcci_options_for(strategy)
+        except NpuOptionError as exc:
+            raise PlanError(str(exc)) from exc
+        super().check_plan_options(graph, {k: v for k, v in options.items() if k != DCCI_STRATEGY})
 
     def unsafe_op_types(self) -> frozenset[str]:
         # SuperKernel calls the same precompiled kernels; results change through options
@@ -222,7 +235,7 @@ class NpuBackend(Backend):
         from sktune.measure.ascend_files import find_profile_files
         from sktune.measure.ascend_summary import kernel_type_sequence
 
-        summary = self._profile([reference] * 3, top=10**6)  # every kernel type, not the heaviest few
+        summary = profile_runs(self, [reference] * 3, top=10**6)  # every kernel type, not the heaviest few
         self.kernel_types = tuple(sorted({k["type"] for k in summary["top_kernels"]}))
         self.kernel_sequence = kernel_type_sequence(find_profile_files(summary["profile_dir"]))
         self.ran_ai_cpu = any(core.upper().replace("_", "") == "AICPU" for core in summary["by_core"])
@@ -240,7 +253,7 @@ class NpuBackend(Backend):
         return types
 
     def profile_step(self, fn: Callable[[], object]) -> dict[str, Any]:
-        summary = self._profile([fn] * 5)
+        summary = profile_runs(self, [fn] * 5)
         steps = summary["steps"]
         median = sorted(s["span_us"] for s in steps)[len(steps) // 2] if steps else 0.0
         busy = sorted(s["busy_us"] for s in steps)[len(steps) // 2] if steps else 0.0
@@ -252,7 +265,7 @@ class NpuBackend(Backend):
         """Device time per step from the profiler: baseline and candidate steps alternate
         in one profiling session; the candidate's SuperKernel rows say what really fused."""
         fns = [baseline, candidate] * n_batches
-        summary, per_step = self._profile(fns, with_steps=True)
+        summary, per_step = profile_runs(self, fns, with_steps=True)
         base = [per_step[i] * 1e-6 for i in range(0, len(per_step), 2)]
         cand = [per_step[i] * 1e-6 for i in range(1, len(per_step), 2)]
         return base, cand, {"superkernels": summary["superkernels"],
@@ -270,33 +283,3 @@ class NpuBackend(Backend):
             return []
         return [r for log_file in meta_files(self.last_meta_dir, FAIL_REASONS)
                 for r in read_fusion_fail_reasons(log_file)]
-
-    def _profile(self, fns: list[Callable[[], object]], with_steps: bool = False, top: int = 15) -> Any:
-        """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output."""
-        import torch_npu
-
-        from sktune.measure.ascend_files import find_profile_files
-        from sktune.measure.ascend_summary import step_spans, summarize
-
-        prof_mod = torch_npu.profiler
-        # Kept: one fresh directory per measurement, never an earlier one's files.
-        out = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=made(self.profile_root)))
-        with prof_mod.profile(
-            activities=[prof_mod.ProfilerActivity.CPU, prof_mod.ProfilerActivity.NPU],
-            # keyword arguments: the order differs from torch.profiler.schedule
-            schedule=prof_mod.schedule(wait=0, warmup=PROFILE_WARMUP_STEPS, active=len(fns), repeat=1,
-                                       skip_first=0),
-            on_trace_ready=prof_mod.tensorboard_trace_handler(str(out)),
-            experimental_config=prof_mod._ExperimentalConfig(
-                profiler_level=prof_mod.ProfilerLevel.Level0, data_simplification=True),
-        ) as prof:
-            for fn in fns[:PROFILE_WARMUP_STEPS] + fns:
-                fn()
-                self.synchronize()
-                prof.step()
-        # The profiler swallows its own errors: find_profile_files raises if nothing was written.
-        summary = summarize(find_profile_files(out), top=top).to_json()
-        summary["profile_dir"] = str(out)
-        if not with_steps:
-            return summary
-        return summary, step_spans(summary, len(fns))  # a ProfileError names the fix

@@ -306,3 +306,18 @@ def test_planned_vs_actual_fusion() -> None:
     assert planned_vs_actual(Plan.make([]), auto)["automatic"] == ["none"]
     only_never = planned_vs_actual(Plan.make([Scope(2, 3, None)]), auto)
     assert only_never["unexpected"] == [] and only_never["automatic"] == ["none"]  # `none`: no named scope
+
+
+def test_apply_accepts_the_tuned_per_type_dcci_strategies(chain, backend) -> None:
+    """``sktune.apply`` has not profiled the baseline, so the per-type dcci strategies that a
+    tuning run found (``only:``/``disable:`` an Ascend op type) are checked by their form,
+    not against a domain built from no kernel types; the other options still by domain."""
+    graph, _ = chain
+    assert backend.kernel_types == ()  # nothing observed: the domain holds safe and none only
+    for strategy in ("only:GatherV2", "only:GatherV2+IndexAdd", "disable:Mul", "safe", "none"):
+        backend.check_plan_options(graph, {**SAFE, "dcci_strategy": strategy})
+    for bad in ("only:Gather.V2", "flush-some", "disable:"):
+        with pytest.raises(PlanError, match="dcci strategy"):
+            backend.check_plan_options(graph, {**SAFE, "dcci_strategy": bad})
+    with pytest.raises(PlanError, match="early_start=7"):
+        backend.check_plan_options(graph, {**SAFE, "early_start": 7, "dcci_strategy": "only:GatherV2"})

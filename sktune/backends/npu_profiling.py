@@ -1,0 +1,55 @@
+"""Profiling npu runs with ``torch_npu.profiler`` at Level0 (docs/npu_api.md, "Profiler"):
+each function one profiler step after a warm-up, the Ascend output parsed
+(``measure/ascend_summary.py``). Both the baseline observation and every timed candidate
+go through here."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sktune.backends.npu_first_run import made
+
+if TYPE_CHECKING:
+    from sktune.backends.npu import NpuBackend
+
+PROFILE_WARMUP_STEPS = 2
+
+
+def profile_runs(backend: "NpuBackend", fns: list[Callable[[], object]], with_steps: bool = False,
+                 top: int = 15) -> Any:
+    """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output: the
+    summary, and with ``with_steps`` each step's span too."""
+    import torch_npu
+
+    from sktune.measure.ascend_files import find_profile_files
+    from sktune.measure.ascend_summary import step_spans, summarize
+
+    prof_mod = torch_npu.profiler
+    # Kept: one fresh directory per measurement, never an earlier one's files.
+    out = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=made(backend.profile_root)))
+    with prof_mod.profile(
+        activities=[prof_mod.ProfilerActivity.CPU, prof_mod.ProfilerActivity.NPU],
+        # keyword arguments: the order differs from torch.profiler.schedule
+        schedule=prof_mod.schedule(wait=0, warmup=PROFILE_WARMUP_STEPS, active=len(fns), repeat=1,
+                                   skip_first=0),
+        on_trace_ready=prof_mod.tensorboard_trace_handler(str(out)),
+        experimental_config=prof_mod._ExperimentalConfig(
+            profiler_level=prof_mod.ProfilerLevel.Level0, data_simplification=True),
+    ) as prof:
+        for fn in fns[:PROFILE_WARMUP_STEPS] + fns:
+            fn()
+            backend.synchronize()
+            prof.step()
+    # The profiler swallows its own errors: find_profile_files raises if nothing was written.
+    summary = summarize(find_profile_files(out), top=top).to_json()
+    summary["profile_dir"] = str(out)
+    if not with_steps:
+        return summary
+    return summary, step_spans(summary, len(fns))  # a ProfileError names the fix
+
+
+__all__ = ["PROFILE_WARMUP_STEPS", "profile_runs"]
