@@ -6,8 +6,11 @@ compile instead of one per op, 20 s instead of 91 s on a 24-layer stack), fallin
 one compile per span if that fails.
 
 Runs in the worker, once per op type and input signature; answers are cached in a JSON
-file shared by studies (key: backend, torch version, op type, input shapes/dtypes,
-constant arguments), so a second study of the same model probes nothing.
+file shared by studies (key: backend, torch version, the CPU's vector capability, op type,
+input shapes/dtypes, constant arguments), so a second study of the same model probes
+nothing. The capability is in the key because exactness follows vector width (an op exact
+with AVX-512 may not be with AVX2: docs/measured.md, "Exact forms"), and a cache can move
+between machines or be read under another ``ATEN_CPU_CAPABILITY``.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def probe_key(backend: str, target: str, node: fx.Node, exact_options: dict[str,
     (a new exact option asks every op again)."""
     inputs = json.dumps([_describe_arg(a) for a in node.args] + [[k, _describe_arg(v)] for k, v in node.kwargs.items()])
     exact = json.dumps(exact_options or {}, sort_keys=True)
-    return f"{backend}|torch {torch.__version__}|{target}|{inputs}|exact {exact}"
+    cpu = torch.backends.cpu.get_cpu_capability()  # e.g. AVX512, AVX2, DEFAULT
+    return f"{backend}|torch {torch.__version__}|cpu {cpu}|{target}|{inputs}|exact {exact}"
 
 
 def isolating_span(i: int, n_ops: int, legal: set[int]) -> tuple[int, int]:
