@@ -10,11 +10,14 @@ the placements of public Ascend serving stacks):
 - ``scope-per-layer``: one scope per repeated layer;
 - ``scope-per-mlp``: one scope around each MLP / MoE block (older serving placements).
 
-All run with the runtime's default options except where the name says otherwise. Then
-the same placements with the options that trade nothing for speed switched on
+All run with the runtime's default options except where the name says otherwise. The
+first two placements also run with the options that trade nothing for speed switched on
 (``+speed-options``: ``early_start``, ``auto_op_parallel``, and ``task_breaker_bypass``
 where the space has it, i.e. where an AI CPU op would end a SuperKernel): one joint guess
-instead of one option at a time.
+instead of one option at a time. These come first, right after ``unfused``: they are the
+likely fastest, and where one is inexact only for a missing flush at a gather, the repair
+queued from its bisected mismatch (``tuning/dcci_seed.py``) runs next and the slower
+placements' mismatches need no repair of their own.
 """
 
 from __future__ import annotations
@@ -64,12 +67,12 @@ def superkernel_anchors(space: SearchSpace, modules: Sequence[str]) -> list[Anch
         fuse, split = per_mlp
         anchors.append(("scope-per-mlp", space.params_for(fuse, split=split, **defaults)))
     speed = {k: 1 for k in SPEED_OPTIONS if k in defaults}
-    if speed:
-        base = dict(anchors)
-        for name in ("no-scopes", "full-model+dcci_after_kernel_end"):
-            if name in base:
-                anchors.append((f"{name}+speed-options", {**base[name], **speed}))
-    return anchors
+    if not speed:
+        return anchors
+    base = dict(anchors)
+    fast = [(f"{name}+speed-options", {**base[name], **speed})
+            for name in ("no-scopes", "full-model+dcci_after_kernel_end") if name in base]
+    return anchors[:1] + fast + anchors[1:]  # unfused, the likely fastest, then the rest
 
 
 # Options that only change speed (docs/superkernel.md), plus the AI CPU bypass, which the

@@ -6,8 +6,15 @@ A gather-class kernel in a SuperKernel without a flush can read stale scalars
 (docs/superkernel.md, "Options that may change results"), while every other flush only
 costs time. The bisection names the culprit's Ascend op types (``TrialRunner.bisect``,
 ``kernel_types``), so the fastest repair to try is to flush around those alone. The trial
-goes through ``study.enqueue_trial`` like the anchors (``resume.py``), so resume and many
-workers keep working; it is named ``dcci-from-culprit`` and says which trial it came from.
+goes through ``study.enqueue_trial`` like the starting points (``resume.py``), so resume and
+many workers keep working; it is named ``dcci-from-culprit`` and says which trial it came
+from and that trial's time ratio. The starting points wait one at a time
+(``resume.StartingQueue``), so the repair runs next, not behind them.
+
+Only the repair that matters is queued, not one per mismatch: none when an earlier repair
+of a plan at least as fast is waiting, running or came out exact (the same gathers
+flushed in a slower plan cannot win), and none for a plan with no flush at all (``none``)
+that is no faster than the best exact trial (flushing adds time: its repair cannot beat it).
 """
 
 from __future__ import annotations
@@ -16,10 +23,11 @@ import logging
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from sktune.backends.npu_option_space import DCCI_STRATEGY, culprit_choice
 from sktune.space.search_space import SearchSpace
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.records import TrialAttr, feasible_ratios, is_feasible
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +46,37 @@ def dcci_seed(space: SearchSpace, params: dict[str, Any], found: dict[str, Any])
     return {**params, DCCI_STRATEGY: choice}
 
 
-def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: dict[str, Any]) -> str | None:
-    """Queue the culprit's ``only:`` variant of ``trial``'s plan (module docstring); its
-    strategy, or None when there is none to try. Options set outside the sampled domain
-    (a refinement's, fuse-all's) go with it."""
+def not_worth_it(study: optuna.Study, ratio: float, strategy: str) -> str | None:
+    """Why a repair of an inexact plan timed at ``ratio`` (dcci ``strategy``) is not worth a
+    trial (module docstring), or None."""
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(TrialAttr.ANCHOR) != DCCI_FROM_CULPRIT:
+            continue
+        source = (t.user_attrs.get(TrialAttr.SEEDED_FROM) or {}).get("ratio")
+        if source is not None and source <= ratio and (t.state in (TrialState.WAITING, TrialState.RUNNING)
+                                                       or is_feasible(t)):
+            return f"trial {t.number} repairs a plan at least as fast ({source:.3f})"
+    best = min(feasible_ratios(study), default=None)
+    if strategy == "none" and best is not None and best <= ratio:
+        return f"flushes only add time, and the best exact trial is faster ({best:.3f})"
+    return None
+
+
+def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: dict[str, Any],
+                      ratio: float | None = None) -> str | None:
+    """Queue the culprit's ``only:`` variant of ``trial``'s plan, timed at ``ratio`` (None:
+    unknown, queued whatever it is); its strategy, or None when there is none worth a trial
+    (module docstring). Options set outside the sampled domain (a refinement's, fuse-all's)
+    go with it."""
     params = dcci_seed(space, dict(trial.params), found)
     if params is None:
         return None
+    if ratio is not None and (why_not := not_worth_it(trial.study, ratio, str(trial.params[DCCI_STRATEGY]))):
+        log.info("trial %d: mismatch in %s; not repaired: %s", trial.number, found["kernel_types"], why_not)
+        return None
     overrides = trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}
-    why = {"trial": trial.number, "range": found.get("range"), "kernel_types": found["kernel_types"]}
+    why = {"trial": trial.number, "range": found.get("range"), "kernel_types": found["kernel_types"],
+           **({} if ratio is None else {"ratio": ratio})}
     attrs: dict[str, Any] = {TrialAttr.ANCHOR: DCCI_FROM_CULPRIT, TrialAttr.SEEDED_FROM: why}
     if overrides:
         attrs[TrialAttr.OPTION_OVERRIDES] = overrides
@@ -56,4 +86,4 @@ def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: dict[str, 
     return str(params[DCCI_STRATEGY])
 
 
-__all__ = ["DCCI_FROM_CULPRIT", "dcci_seed", "enqueue_dcci_seed"]
+__all__ = ["DCCI_FROM_CULPRIT", "dcci_seed", "enqueue_dcci_seed", "not_worth_it"]

@@ -20,7 +20,7 @@ from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.tuning.records import StudyAttr, ran_anchor
 from sktune.tuning.refine import refine_best
-from sktune.tuning.resume import open_study, prepare
+from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.space_setup import (exactness_from_description, reuse_space_inputs, space_from_description,
                                        targets_of)
@@ -33,13 +33,18 @@ TrialCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
 
 def search(study: optuna.Study, objective: Callable[[optuna.Trial], float], effort: Effort,
-           timeout: float | None = None, callbacks: list[TrialCallback] | None = None) -> None:
-    """Run trials until ``effort.trials`` have cost something, patience runs out, or ``timeout``."""
+           timeout: float | None = None, callbacks: list[TrialCallback] | None = None,
+           starting: StartingQueue | None = None) -> None:
+    """Run trials until ``effort.trials`` have cost something, patience runs out, or ``timeout``.
+
+    ``starting``: the starting points not yet queued, one queued after each trial when none
+    waits (first, so that patience sees it waiting)."""
     stop: list[TrialCallback] = [TrialBudget(effort.trials)]
     if effort.patience:
         stop.append(Patience(effort.patience))
+    first: list[TrialCallback] = [] if starting is None else [starting]
     study.optimize(objective, n_trials=None, timeout=timeout, catch=(TrialFailed,),
-                   callbacks=stop + (callbacks or []))
+                   callbacks=first + stop + (callbacks or []))
 
 
 def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
@@ -65,9 +70,9 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         space = space_from_description(description)
         warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, description, space,
                           settings.study) if settings.warm_start else []
-        prepare(study, description, space, settings.model_path,
-                {StudyAttr.THREADS: settings.threads, StudyAttr.INPUT_SETS: settings.input_sets},
-                settings.allow_changed, first=[(w.anchor, w.params) for w in warm])
+        starting = prepare(study, description, space, settings.model_path,
+                           {StudyAttr.THREADS: settings.threads, StudyAttr.INPUT_SETS: settings.input_sets},
+                           settings.allow_changed, first=[(w.anchor, w.params) for w in warm])
         if warm:  # the study notes where its first plans came from
             noted = study.user_attrs.get(StudyAttr.WARM_START) or []
             study.set_user_attr(StudyAttr.WARM_START, noted + [w.to_json() for w in warm])
@@ -83,7 +88,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                                    exactness_from_description(description))
         phases = PhaseClock()  # where this run's time went after start-up
         with phases("search"):
-            search(study, objective, effort, settings.timeout, callbacks)
+            search(study, objective, effort, settings.timeout, callbacks, starting)
         with phases("refine"):
             refine_best(study, space, objective, callbacks, effort.whole_region_cap)
         with phases("finalists"):

@@ -173,7 +173,8 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             found = worker.bisect(plan, rules.bisect_runs, timeout)
             if not isinstance(found, WorkerFailure):
                 trial.set_user_attr(TrialAttr.SMALLEST_FAILING_RANGE, found)
-                enqueue_dcci_seed(trial, space, found)  # npu: the plan again, flushed only at the culprit
+                # npu: the plan again, flushed only at the culprit (the fastest inexact plan's only)
+                enqueue_dcci_seed(trial, space, found, float(timing.ratio))
         return float(timing.ratio)
 
     return objective

@@ -1,7 +1,9 @@
 """Create a study or resume it: the same graph, space and settings, or a clear refusal.
 
-A new study records what it tunes (the fingerprint) and enqueues the starting points; a
-resumed one must match it, and its trials orphaned by a killed run are failed first.
+A new study records what it tunes (the fingerprint) and queues its first starting point; a
+resumed one must match it, and its trials orphaned by a killed run are failed first. The
+starting points are queued one at a time (``StartingQueue``), so that a trial queued during
+the search (the culprit's repair, ``dcci_seed.py``) runs next instead of behind all of them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,47 @@ from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import SPACE_INPUTS, exactness_from_description, starting_points, targets_of
 from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url
+
+FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
+Named = tuple[str, dict[str, Any]]  # (anchor name, parameters)
+
+
+class StartingQueue:
+    """The starting points (warm-start plans, anchors, seeds), queued one at a time, in order.
+
+    Optuna runs the WAITING trials oldest first. With every starting point queued at once, a
+    trial queued during the search (``dcci_seed.py``) waited behind all of them, past a quick
+    budget. So at most one waits: after each trial (an Optuna callback: ``loop.search``), when
+    none waits, the next starting point not yet in the study is queued. What is left is read
+    from the study (a plan already queued, run or sampled there counts as done, as
+    ``enqueue_trial(skip_if_exists=True)`` would say), not kept here: a resumed run and many
+    workers on one storage continue the same list. Two workers topping up at the same moment
+    may queue one plan twice; the second takes the first's outcome without a compile
+    (``reuse.py``). A worker that finds the queue empty while another tops it up asks the
+    sampler for that trial.
+    """
+
+    def __init__(self, points: Sequence[Named]) -> None:
+        self.points = tuple(points)
+
+    def pending(self, study: optuna.Study) -> list[Named]:
+        """The starting points whose parameters no trial of the study has (queued, run or sampled)."""
+        present = [t.system_attrs.get(FIXED, t.params) for t in study.get_trials(deepcopy=False)]
+        return [(name, params) for name, params in self.points if params not in present]
+
+    def top_up(self, study: optuna.Study) -> str | None:
+        """Queue the next pending starting point unless a trial is waiting; its name, or None."""
+        if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            return None
+        left = self.pending(study)
+        if not left:
+            return None
+        name, params = left[0]
+        study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name})
+        return name
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.top_up(study)
 
 
 def open_study(name: str, storage: str, seed: int | None) -> optuna.Study:
@@ -60,10 +103,11 @@ def fingerprint(description: dict[str, Any]) -> dict[str, Any]:
 
 def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace, model_path: Path,
             settings: dict[str, Any], allow_changed: bool = False,
-            first: Sequence[tuple[str, dict[str, Any]]] = ()) -> bool:
-    """Record what the study tunes and enqueue the anchors; ``False`` when resuming.
+            first: Sequence[Named] = ()) -> StartingQueue:
+    """Record what the study tunes (a new study) and queue the first pending starting point;
+    the queue, for the search to top up after each trial (``StartingQueue``).
 
-    ``first`` (warm-start plans, named) are enqueued before the anchors, so they run first.
+    ``first`` (warm-start plans, named) come before the anchors and seeds, so they run first.
 
     On resume the search space and ``settings`` (threads, input sets) must match: trials
     timed or verified differently do not compare. A changed fingerprint (model file,
@@ -72,12 +116,12 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
     # The sampler's local search walks this space, skipping what the objective would skip.
     attach_space(study, space, hopeless_filter(space, targets_of(description),
                                                exactness_from_description(description)))
+    queue = StartingQueue([*first, *starting_points(space, description)])
     existing = study.user_attrs.get(StudyAttr.SPACE)
     if existing is not None:
         _check_resumable(study, existing, description, space, settings, allow_changed)
-        for name, params in first:
-            study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name}, skip_if_exists=True)
-        return False
+        queue.top_up(study)
+        return queue
     study.set_user_attr(StudyAttr.FINGERPRINT, fingerprint(description))
     for key, value in settings.items():
         study.set_user_attr(key, value)
@@ -93,12 +137,11 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
     study.set_user_attr(StudyAttr.INPUT_SHAPES, description["input_shapes"])
     if description.get("shapes"):
         study.set_user_attr(StudyAttr.SHAPES, description["shapes"])
-    for anchor, params in [*first, *starting_points(space, description)]:
-        study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: anchor}, skip_if_exists=True)
+    queue.top_up(study)
     # Last: workers starting together treat the study as prepared once "space" is there, so
     # everything they check against must already be written (seen: "--input-sets None").
     study.set_user_attr(StudyAttr.SPACE, space.signature())
-    return True
+    return queue
 
 
 def _check_resumable(study: optuna.Study, existing: dict[str, Any], description: dict[str, Any],

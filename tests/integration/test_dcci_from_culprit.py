@@ -5,7 +5,9 @@ kernel that reads indices from global memory). The emulator corrupts a gather fu
 a flush (``torch_npu.__doc__``, "Faults"), and charges 0.4 µs per flush. So ``only:GatherV2``
 (no flush but around the gathers) is exact where ``none`` is not, and faster than ``safe``
 (a flush after every sub-op). A mismatch bisected to a range holding a GatherV2 queues the
-same plan with ``only:GatherV2`` through Optuna (``tuning/dcci_seed.py``).
+same plan with ``only:GatherV2`` through Optuna (``tuning/dcci_seed.py``). The starting
+points are queued one at a time (``resume.StartingQueue``), so that repair runs next, and
+only the repair of the fastest inexact plan is queued, not one per mismatch.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from typing import Any
 import optuna
 import pytest
 
+from sktune.space.ascend_anchors import superkernel_anchors
 from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT
+from sktune.tuning.resume import StartingQueue
 from sktune.tuning.objective import ObjectiveRules, make_objective
 from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
@@ -97,3 +101,32 @@ def test_a_bisected_mismatch_queues_the_plan_flushed_only_at_the_culprit(moe: tu
     assert seeded.user_attrs[TrialAttr.SEEDED_FROM]["trial"] == first.number
     assert seeded.params == {**first.params, "dcci_strategy": "only:GatherV2"}
     assert seeded.constraints[BITWISE_CONSTRAINT] == 0 and seeded.state == optuna.trial.TrialState.COMPLETE
+
+
+def test_the_repair_runs_before_the_remaining_starting_points_and_only_once(moe: tuple,
+                                                                             monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path: Path) -> None:
+    """Two inexact placements with the same culprit, then an exact one: the faster placement's
+    repair runs right after it; the slower one's mismatch queues nothing (its repair, flushes
+    added to a plan with none, cannot beat the exact repair already measured)."""
+    runner, space, targets = moe
+    monkeypatch.chdir(tmp_path)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    anchors = dict(superkernel_anchors(space, [op.module for op in runner.graph.ops]))
+    names = ["full-model", "scope-per-layer", "full-model+dcci_after_kernel_end"]
+    queue = StartingQueue([(n, anchors[n]) for n in names])
+    study = optuna.create_study(direction="minimize")
+    queue.top_up(study)
+    objective = make_objective(space, InProcessWorker(runner), ObjectiveRules((2,), 120.0, bisect_runs=4),
+                               targets, None)
+    study.optimize(objective, n_trials=4, callbacks=[queue])
+    ran = [t.user_attrs[TrialAttr.ANCHOR] for t in study.trials]
+    assert ran == ["full-model", DCCI_FROM_CULPRIT, "scope-per-layer", "full-model+dcci_after_kernel_end"]
+    whole, repair, per_layer, _ = study.trials
+    assert whole.constraints[BITWISE_CONSTRAINT] > 0 and per_layer.constraints[BITWISE_CONSTRAINT] > 0
+    assert "GatherV2" in per_layer.user_attrs[TrialAttr.SMALLEST_FAILING_RANGE]["kernel_types"]  # bisected
+    assert per_layer.value > whole.value  # slower (emulated): not worth a repair
+    assert repair.user_attrs[TrialAttr.SEEDED_FROM] == {**repair.user_attrs[TrialAttr.SEEDED_FROM],
+                                                        "trial": whole.number, "ratio": whole.value}
+    assert repair.constraints[BITWISE_CONSTRAINT] == 0 and repair.params["dcci_strategy"] == "only:GatherV2"
+    assert queue.pending(study) == [] and not study.get_trials(states=(optuna.trial.TrialState.WAITING,))

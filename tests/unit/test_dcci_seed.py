@@ -1,0 +1,106 @@
+"""Which repair of a bisected dcci mismatch is worth a trial (``tuning/dcci_seed.py``), and
+the npu anchors' order (``space/ascend_anchors.py``): scripted studies, no compile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+import pytest
+
+from sktune.backends.npu_option_space import search_options
+from sktune.capabilities import Capabilities
+from sktune.space.ascend_anchors import superkernel_anchors
+from sktune.space.search_space import SearchSpace, build_space
+from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT, enqueue_dcci_seed, not_worth_it
+from sktune.tuning.records import TrialAttr
+
+TARGETS = ["mul", "index_select", "add", "linear", "gather", "add"]
+MODULES = ["layers.0.norm", "layers.0.mlp", "layers.0.mlp", "layers.1.mlp", "layers.1.mlp", ""]
+FOUND = {"range": [1, 2], "kernel_types": ["GatherV2", "Add"]}
+WAITING = optuna.trial.TrialState.WAITING
+
+
+@pytest.fixture
+def space() -> SearchSpace:
+    options = tuple(search_options(["Add", "GatherV2", "MatMulV2", "Mul"]))
+    capabilities = Capabilities(options=options, unmarked_plans=True, anchor_set="superkernel")
+    return build_space(TARGETS, MODULES, list(range(len(TARGETS) - 1)), capabilities)
+
+
+def whole(space: SearchSpace, dcci: str, **options: Any) -> dict[str, Any]:
+    return space.params_for([True] * len(space.blocks), dcci_strategy=dcci, **options)
+
+
+def run(study: optuna.Study, space: SearchSpace, params: dict[str, Any] | None, ratio: float,
+        mismatches: int) -> optuna.trial.FrozenTrial:
+    """One scripted trial of ``params`` (None: the oldest waiting trial, e.g. a repair); an
+    inexact one queues its repair as the objective does."""
+    if params is not None:
+        assert not study.get_trials(states=(WAITING,)), "Optuna would run the waiting trial first"
+        study.enqueue_trial(params)
+    ran: list[int] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        space.suggest(trial)
+        ran.append(trial.number)
+        trial.set_constraint("bitwise", float(mismatches))
+        if mismatches:
+            enqueue_dcci_seed(trial, space, FOUND, ratio)
+        return ratio
+
+    study.optimize(objective, n_trials=1)
+    return study.trials[ran[0]]
+
+
+def repairs(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.trials if t.user_attrs.get(TrialAttr.ANCHOR) == DCCI_FROM_CULPRIT]
+
+
+def new_study() -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    return optuna.create_study(direction="minimize")
+
+
+def test_the_first_mismatch_queues_its_repair_with_the_ratio_it_came_from(space: SearchSpace) -> None:
+    study = new_study()
+    first = run(study, space, whole(space, "none"), 0.30, 3)
+    (repair,) = repairs(study)
+    assert repair.state == WAITING and repair.system_attrs["fixed_params"]["dcci_strategy"] == "only:GatherV2"
+    assert repair.user_attrs[TrialAttr.SEEDED_FROM] == {**FOUND, "trial": first.number, "ratio": 0.30}
+
+
+def test_a_slower_mismatch_queues_nothing_while_a_faster_ones_repair_waits_or_is_exact(space: SearchSpace) -> None:
+    study = new_study()
+    run(study, space, whole(space, "none"), 0.30, 3)
+    assert not_worth_it(study, 0.35, "disable:Mul") == "trial 1 repairs a plan at least as fast (0.300)"
+    assert not_worth_it(study, 0.20, "none") is None  # faster than the plan being repaired
+    run(study, space, None, 0.31, 0)  # the repair: exact
+    run(study, space, whole(space, "none", early_start=1), 0.35, 3)
+    assert len(repairs(study)) == 1
+    faster = run(study, space, whole(space, "none", auto_op_parallel=1), 0.20, 3)
+    assert [r.user_attrs[TrialAttr.SEEDED_FROM]["trial"] for r in repairs(study)] == [0, faster.number]
+
+
+def test_a_no_flush_plan_slower_than_the_best_exact_is_not_repaired(space: SearchSpace) -> None:
+    study = new_study()
+    run(study, space, whole(space, "safe"), 0.40, 0)
+    assert "the best exact trial is faster (0.400)" in str(not_worth_it(study, 0.45, "none"))
+    run(study, space, whole(space, "none"), 0.45, 3)
+    assert repairs(study) == []
+    # A plan that flushes elsewhere may be slower than its repair: still worth one.
+    assert not_worth_it(study, 0.45, "disable:GatherV2") is None
+
+
+def test_a_repair_that_came_out_inexact_does_not_block_the_next(space: SearchSpace) -> None:
+    study = new_study()
+    run(study, space, whole(space, "none"), 0.30, 3)
+    run(study, space, None, 0.31, 2)  # the repair: mismatches of another cause
+    assert repairs(study)[0].state == optuna.trial.TrialState.COMPLETE  # ran, still inexact
+    assert not_worth_it(study, 0.35, "none") is None
+
+
+def test_the_speed_option_anchors_come_right_after_unfused(space: SearchSpace) -> None:
+    names = [name for name, _ in superkernel_anchors(space, MODULES)]
+    assert names[:3] == ["unfused", "no-scopes+speed-options", "full-model+dcci_after_kernel_end+speed-options"]
+    assert {"no-scopes", "full-model", "full-model+dcci_after_kernel_end", "scope-per-mlp"} <= set(names[3:])

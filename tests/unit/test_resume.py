@@ -1,0 +1,153 @@
+"""resume.py on its own (issue 25): a new study records what it tunes and queues one
+starting point; the rest are queued one at a time, after each trial, read from the study
+(so a resumed run and a second worker continue the same list); a trial queued during the
+search runs before the remaining starting points; a resumed study must match. Scripted
+objectives: no compile, no worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from sktune.errors import SktuneError
+from sktune.space.search_space import SearchSpace
+from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.resume import StartingQueue, fingerprint, prepare
+from sktune.tuning.sampler import make_sampler
+from sktune.tuning.space_setup import space_from_description, starting_points
+from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, TARGETS
+
+SETTINGS = {StudyAttr.THREADS: 1, StudyAttr.INPUT_SETS: 3}
+WAITING = optuna.trial.TrialState.WAITING
+
+
+def describe(sha: str = "m") -> dict[str, Any]:
+    return {
+        "ops": [{"target": t, "module": m} for t, m in zip(TARGETS, MODULES)], "boundaries": BOUNDARIES,
+        "capabilities": INDUCTOR_LIKE.to_json(), "environment": {"backend": "inductor", "torch": "2.13"},
+        "model_sha256": sha, "input_shapes": [[4, 8]],
+    }
+
+
+@pytest.fixture
+def space() -> SearchSpace:
+    return space_from_description(describe())
+
+
+def new_study(storage: optuna.storages.BaseStorage | None = None) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    return optuna.create_study(study_name="s", storage=storage, direction="minimize", sampler=make_sampler(0),
+                               load_if_exists=True)
+
+
+def scripted(trial: optuna.Trial, space: SearchSpace) -> float:
+    plan = space.suggest(trial)
+    trial.set_user_attr(TrialAttr.PLAN, plan.to_json())
+    trial.set_constraint("bitwise", 0.0)
+    return 1.0 - 0.01 * len(plan.scopes)
+
+
+def names(study: optuna.Study) -> list[str | None]:
+    return [t.user_attrs.get(TrialAttr.ANCHOR) for t in study.trials if t.state != WAITING]
+
+
+def test_a_new_study_records_what_it_tunes_and_queues_one_starting_point(space: SearchSpace) -> None:
+    study = new_study()
+    queue = prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    points = starting_points(space, describe())
+    assert len(points) > 3 and queue.points == tuple(points)
+    assert study.user_attrs[StudyAttr.SPACE] == space.signature()
+    assert study.user_attrs[StudyAttr.FINGERPRINT] == fingerprint(describe())
+    assert study.user_attrs[StudyAttr.THREADS] == 1
+    waiting = study.get_trials(states=(WAITING,))
+    assert [t.user_attrs[TrialAttr.ANCHOR] for t in waiting] == [points[0][0]]
+
+
+def test_the_starting_points_run_in_order_one_queued_at_a_time(space: SearchSpace) -> None:
+    study = new_study()
+    queue = prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    waiting_at_each_end = []
+
+    def count(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        waiting_at_each_end.append(len(study.get_trials(states=(WAITING,))))
+
+    study.optimize(lambda t: scripted(t, space), n_trials=len(queue.points) + 2, callbacks=[queue, count])
+    assert names(study)[:len(queue.points)] == [name for name, _ in queue.points]
+    assert names(study)[len(queue.points):] == [None, None]  # then the sampler
+    assert set(waiting_at_each_end[:len(queue.points) - 1]) == {1} and queue.pending(study) == []
+
+
+def test_a_trial_queued_during_the_search_runs_before_the_remaining_starting_points(space: SearchSpace) -> None:
+    study = new_study()
+    queue = prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    repair = {**queue.points[-1][1]}  # any plan, queued by the second trial (as dcci_seed.py does)
+
+    def objective(trial: optuna.Trial) -> float:
+        if trial.number == 1:
+            trial.study.enqueue_trial(repair, user_attrs={TrialAttr.ANCHOR: "repair"})
+        return scripted(trial, space)
+
+    study.optimize(objective, n_trials=4, callbacks=[queue])
+    assert names(study) == [queue.points[0][0], queue.points[1][0], "repair", queue.points[2][0]]
+    # The last starting point has the repair's plan: already in the study, it is not queued again.
+    assert queue.points[-1] not in queue.pending(study)
+
+
+def test_a_resumed_run_and_a_second_worker_continue_the_same_list(space: SearchSpace, tmp_path: Path) -> None:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db")
+    study = new_study(storage)
+    queue = prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    study.optimize(lambda t: scripted(t, space), n_trials=2, callbacks=[queue])  # stopped after 2
+    # A resumed run (or a second worker): a fresh queue, the same study.
+    again = new_study(storage)
+    resumed = prepare(again, describe(), space_from_description(describe()), Path("m.py"), SETTINGS)
+    assert resumed.pending(again) == list(queue.points[3:])  # the third is waiting already
+    other = new_study(storage)
+    other_queue = StartingQueue(queue.points)
+    for _ in range(len(queue.points)):  # two workers, taking turns
+        again.optimize(lambda t: scripted(t, space), n_trials=1, callbacks=[resumed])
+        other.optimize(lambda t: scripted(t, space), n_trials=1, callbacks=[other_queue])
+    ran = [n for n in names(again) if n is not None]
+    assert ran == [name for name, _ in queue.points]  # each once, in order, none lost
+
+
+def test_warm_start_plans_run_first_on_a_new_and_on_a_resumed_study(space: SearchSpace) -> None:
+    study = new_study()
+    warm = ("warm:earlier#7", {**starting_points(space, describe())[-1][1]})
+    queue = prepare(study, describe(), space, Path("m.py"), SETTINGS, first=[warm])
+    assert queue.points[0] == warm
+    study.optimize(lambda t: scripted(t, space), n_trials=2, callbacks=[queue])
+    assert names(study)[0] == warm[0]
+    # The warm plan is also the last starting point: run once, under its first name.
+    assert queue.points[-1][1] == warm[1] and queue.points[-1] not in queue.pending(study)
+    other = ("warm:earlier#9", {**starting_points(space, describe())[1][1], "max_fusion_size": 16})
+    later = prepare(study, describe(), space, Path("m.py"), SETTINGS, first=[other])
+    study.optimize(lambda t: scripted(t, space), n_trials=2, callbacks=[later])
+    assert names(study)[-1] == other[0]  # after the one already waiting
+
+
+def test_resumed_with_other_settings_is_refused(space: SearchSpace) -> None:
+    study = new_study()
+    prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    with pytest.raises(SktuneError, match="--threads 1, not 2"):
+        prepare(study, describe(), space, Path("m.py"), {**SETTINGS, StudyAttr.THREADS: 2})
+
+
+def test_a_changed_model_is_refused_unless_allowed(space: SearchSpace) -> None:
+    study = new_study()
+    prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    with pytest.raises(SktuneError, match="model_sha256.*--allow-changed"):
+        prepare(study, describe("edited"), space, Path("m.py"), SETTINGS)
+    prepare(study, describe("edited"), space, Path("m.py"), SETTINGS, allow_changed=True)
+    assert len(study.get_trials(states=(WAITING,))) == 1  # nothing queued twice
+
+
+def test_a_different_space_is_refused(space: SearchSpace) -> None:
+    study = new_study()
+    prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    narrower = space_from_description(describe(), options=["max_fusion_size"])
+    with pytest.raises(SktuneError, match="different graph or search space"):
+        prepare(study, describe(), narrower, Path("m.py"), SETTINGS)
