@@ -82,12 +82,13 @@ class Backend(ABC):
     def fuse_all_plan(self, graph: OpGraph) -> Plan:
         """The fuse-all yardstick's plan: one scope over the whole graph, every option at its
         default except where the yardstick takes its own value (``OptionSpec.fuse_all_choice``).
-        The same plan the search space's "fuse-all" anchor decodes to with its overrides."""
+        The same plan the search space's fuse-all anchor (``FUSE_ALL``) decodes to with its overrides."""
         from sktune.space.plan import Scope
+        from sktune.space.search_space import FUSE_ALL
 
         options = {o.name: o.default if o.fuse_all_choice is None else o.fuse_all_choice
                    for o in self.option_space(graph)}
-        return Plan.make([Scope(0, len(graph.ops) - 1, "fuse-all")], options)
+        return Plan.make([Scope(0, len(graph.ops) - 1, FUSE_ALL)], options)
 
     device: str = "cpu"  # where the runner puts the model and its inputs
     default_bisect_runs: int = 0  # compile+verify runs spent locating a mismatch, per infeasible trial

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from sktune.cli._errors import err_console, user_errors
+from sktune.tuning.settings import DEFAULT_STORAGE
 
 
 class ExportFormat(str, enum.Enum):
@@ -22,7 +23,7 @@ def export_command(
     study: Annotated[str, typer.Option(help="Name of the study to export from.")],
     fmt: Annotated[ExportFormat, typer.Option("--format", help="json: plan + provenance; python: a snippet to "
                                                  "paste; patch: scope markers as a diff of the model file.")],
-    storage: Annotated[str, typer.Option(help="Optuna storage URL the study lives in.")] = "sqlite:///sktune.db",
+    storage: Annotated[str, typer.Option(help="Optuna storage URL the study lives in.")] = DEFAULT_STORAGE,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
     debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
 ) -> None:

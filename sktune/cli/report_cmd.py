@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from sktune.cli._errors import user_errors
+from sktune.tuning.settings import DEFAULT_STORAGE
 
 
 def default_output(study: str) -> Path:
@@ -18,7 +19,7 @@ def default_output(study: str) -> Path:
 
 def report_command(
     study: Annotated[str, typer.Option(help="Name of the study to report on.")],
-    storage: Annotated[str, typer.Option(help="Optuna storage URL that holds the study.")] = "sqlite:///sktune.db",
+    storage: Annotated[str, typer.Option(help="Optuna storage URL that holds the study.")] = DEFAULT_STORAGE,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="HTML file to write (default: reports/STUDY.html).")] = None,
     debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
 ) -> None:

@@ -23,6 +23,8 @@ from sktune.space.layout import MAX_CUTS, Layout, flat_layout, stamped_layout
 from sktune.space.plan import Plan, Scope
 from sktune.space.scope_cap import over_cap, reuse_names
 
+FUSE_ALL = "fuse-all"  # the fuse-all yardstick's anchor: the compiler's own whole-graph fusion
+
 FUSE, EAGER = "fuse", "eager"
 NO_SCOPES = "no_scopes"  # no markers at all: the compiler picks what to fuse (npu's default)
 SHARED = "rep"  # key prefix of the pattern shared by all repeated units
@@ -213,7 +215,7 @@ class SearchSpace:
                     for name in self.fuse_all_variants if name in exact]
         candidates = [
             ("unfused", self.params_for(nothing)),
-            ("fuse-all", self.params_for(everything)),  # its option overrides: fuse_all_overrides
+            (FUSE_ALL, self.params_for(everything)),  # its option overrides: fuse_all_overrides
             *variants,
             ("fuse-all+fallbacks", self.params_for(everything, fallbacks=self.fallbacks)),
             ("fuse-all+fallbacks+exact-options", self.params_for(everything, fallbacks=self.fallbacks, **exact)),

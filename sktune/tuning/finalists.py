@@ -11,8 +11,8 @@ import optuna
 from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan
 from sktune.tuning.protocol import WorkerFailure
-from sktune.tuning.records import (StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, speedup_of,
-                                   top_records)
+from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record,
+                                   speedup_of, top_records)
 from sktune.tuning.shapes import outcomes_of, weighted_timing
 from sktune.tuning.worker import SupervisedWorker
 
@@ -31,7 +31,7 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     Several shapes: one round per shape, combined into the weighted timing.
     """
     finalists = top_records(study, top)
-    fuse_all = anchor_record(study, "fuse-all")
+    fuse_all = anchor_record(study, FUSE_ALL)
     unfused = anchor_record(study, "unfused")
     unfused = unfused if unfused is not None and unfused.feasible else None
     measured = finalists + [r for r in (fuse_all, unfused) if r is not None]

@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.space.plan import Plan
+from sktune.space.search_space import FUSE_ALL
 
 BITWISE_CONSTRAINT = "bitwise"  # the trial's constraint: its mismatch count (≤ 0: exact)
 
@@ -189,7 +190,7 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
     return top[0] if top else None
 
 
-FUSE_EVERYTHING = ("fuse-all", "full-model")  # the fuse-everything anchor of each anchor set
+FUSE_EVERYTHING = (FUSE_ALL, "full-model")  # the fuse-everything anchor of each anchor set
 
 
 def anchor_record(study: optuna.Study, anchor: str) -> TrialRecord | None:

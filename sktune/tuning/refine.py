@@ -29,7 +29,7 @@ from sktune.graph.structure import unit_starts
 from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.objective import TrialFailed
-from sktune.tuning.records import StudyAttr, TrialAttr, anchor_record, top_records
+from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, anchor_record, top_records
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +78,12 @@ def whole_region_cost(study: optuna.Study) -> dict[str, float] | None:
     yardstick's compile (one region over everything, measured in this study, by the
     compile helper if it compiled it; with fallbacks it costs more, 2-4x on a 24-layer
     stack) against the median compile of the other trials. None before both are known."""
-    yardstick = anchor_record(study, "fuse-all")
+    yardstick = anchor_record(study, FUSE_ALL)
     attrs = study.trials[yardstick.number].user_attrs if yardstick else {}
     observed = attrs.get(TrialAttr.OBSERVED) or {}
     whole = max(attrs.get(TrialAttr.COMPILE_S) or 0.0, observed.get("helper_compile_s") or 0.0)
     others = [t.user_attrs[TrialAttr.COMPILE_S] for t in study.get_trials(deepcopy=False)
-              if t.user_attrs.get(TrialAttr.COMPILE_S) and t.user_attrs.get(TrialAttr.ANCHOR) != "fuse-all"]
+              if t.user_attrs.get(TrialAttr.COMPILE_S) and t.user_attrs.get(TrialAttr.ANCHOR) != FUSE_ALL]
     if not whole or not others:
         return None
     median = statistics.median(others)
