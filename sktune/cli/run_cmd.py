@@ -209,6 +209,11 @@ def _print_summary(data: dict[str, Any]) -> None:
             for a in beaten))
     for line in host_time_lines(data):  # static compile (emulated: the host time it stands for)
         console.print(line)
+    for which in data.get("profile_partial") or []:  # the profile's unrecorded time is not gap
+        prof = data[f"profile_{which}"]
+        console.print(f"profile of the {which} is partial: {prof.get('unrecorded_us') or 0:,.1f} of "
+                      f"{prof['step_us']:,.1f} µs per step not recorded ({prof.get('partial_reason')})",
+                      highlight=False)
     for warm in data.get("warm_start") or []:
         console.print(f"warm start: trial #{warm['trial']} of study {warm['study']!r} ({warm['mapping']})")
     if data.get("stopped_early"):

@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 from torch import fx
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import record_function
 
 from sktune.graph.opgraph import OP_KINDS
-from sktune.measure.raw_events import by_enclosing, outermost, raw_events
+from sktune.measure.raw_events import by_enclosing, outermost, raw_events, recording
 
 MARK = "sktune_op:"
 
@@ -58,7 +58,7 @@ def profile_ops(gm: fx.GraphModule, args: Sequence[torch.Tensor], steps: int = 5
     n_ops = len(interpreter.index)
     with torch.no_grad():
         interpreter.run(*args)  # warm-up
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with recording() as prof:
             for _ in range(steps):
                 interpreter.run(*args)
     spans: list[list[float]] = [[] for _ in range(n_ops)]

@@ -4,14 +4,27 @@
 aggregated times): ~10 s for the 200,000 events of 20 steps of a 3,000-op graph. The
 recorded events (the profiler's own ``kineto_results``, which that tree is built from)
 take ~0.5 s, and nesting, all sktune asks of the tree, follows from the intervals.
+
+Kineto writes ``USDT:... profiler_start`` / ``profiler_stop`` lines straight to file
+descriptor 2 whenever a profiler starts and stops, at any ``KINETO_LOG_LEVEL`` that still
+lets its errors through (6 silences both); ``recording`` drops those two lines and passes
+everything else written there on.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import os
+import re
+import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+# "USDT:2026-12-04 21:50:50 9258:9258 SyncActivityProfilerHandler.cpp:52] profiler_start"
+_KINETO_NOISE = re.compile(rb"^USDT:\S+ \S+ \d+:\d+ \S+\.cpp:\d+\] profiler_(start|stop)\s*$")
 
 
 @dataclass(frozen=True)
@@ -53,3 +66,38 @@ def by_enclosing(outer: list[RawEvent], events: Iterable[RawEvent]) -> Iterator[
         k = bisect.bisect_right(starts, e.start_us) - 1
         if k >= 0 and e.start_us < outer[k].end_us:
             yield k, e
+
+
+@contextlib.contextmanager
+def _kineto_noise_dropped() -> Iterator[None]:
+    """Run the block with fd 2 in a temporary file, then write back what it got, less
+    Kineto's USDT start/stop lines. Other threads' writes in between come out late, not lost."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept = [line for line in sink.read().splitlines(keepends=True) if not _KINETO_NOISE.match(line)]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Any]:
+    """A started CPU ``torch.profiler.profile`` (stopped on leaving), without Kineto's
+    start/stop lines on stderr."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU])
+    with _kineto_noise_dropped():
+        prof.start()
+    try:
+        yield prof
+    finally:
+        with _kineto_noise_dropped():
+            prof.stop()

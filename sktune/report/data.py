@@ -181,14 +181,20 @@ def fusion_map(study: optuna.Study) -> FusionMap:
 # ---------------------------------------------------------------- 3. where time goes
 
 def time_breakdown(study: optuna.Study) -> pd.DataFrame:
-    """Per-step busy time and gap (µs) of the baseline and the best plan, from the profiler."""
+    """Per-step busy time, gap and time not recorded (µs) of the baseline and the best plan,
+    from the profiler; ``partial_reason`` says why a profile left time unrecorded (else None)."""
+    from sktune.tuning.summary import stored_profile
+
     rows = []
     for key, label in ((StudyAttr.PROFILE_BASELINE, "unfused baseline"), (StudyAttr.PROFILE_BEST, "best exact plan")):
-        prof = study.user_attrs.get(key)
+        prof = stored_profile(study, key)
         if prof:
             rows.append({"which": label, "step_us": prof["step_us"], "busy_us": prof["busy_us"],
-                         "gap_us": prof["gap_us"], "steps": prof.get("steps")})
-    return pd.DataFrame(rows, columns=["which", "step_us", "busy_us", "gap_us", "steps"])
+                         "gap_us": prof["gap_us"], "unrecorded_us": prof.get("unrecorded_us") or 0.0,
+                         "steps": prof.get("steps"),
+                         "partial_reason": prof.get("partial_reason") if prof.get("partial") else None})
+    return pd.DataFrame(rows, columns=["which", "step_us", "busy_us", "gap_us", "unrecorded_us", "steps",
+                                       "partial_reason"])
 
 
 def top_kernels(study: optuna.Study, top: int = 10) -> pd.DataFrame:

@@ -83,13 +83,18 @@ def fusion_map_figure(fm: FusionMap) -> go.Figure:
 # ---------------------------------------------------------------- 3. where time goes
 
 def busy_gap_figure(breakdown: pd.DataFrame) -> go.Figure:
-    """Per-step busy time and gap, baseline vs best, with the busy floor."""
+    """Per-step busy time, gap and (partial profiles) time not recorded, baseline vs best, with the busy floor."""
     fig = go.Figure()
     labels = [escape(w) for w in breakdown["which"]]
     fig.add_trace(go.Bar(orientation="h", y=labels, x=breakdown["busy_us"], name="busy (some kernel running)",
                          marker_color="#1f77b4", hovertemplate="%{y}<br>busy %{x:.1f} µs<extra></extra>"))
     fig.add_trace(go.Bar(orientation="h", y=labels, x=breakdown["gap_us"], name="gap (between kernels)",
                          marker_color="#ff9896", hovertemplate="%{y}<br>gap %{x:.1f} µs<extra></extra>"))
+    if (breakdown["unrecorded_us"] > 0).any():  # a partial profile: neither busy nor gap (html.py says why)
+        fig.add_trace(go.Bar(orientation="h", y=labels, x=breakdown["unrecorded_us"],
+                             name="not recorded (kernels the profiler did not see)", marker_color="#c7c7c7",
+                             marker_pattern_shape="/",
+                             hovertemplate="%{y}<br>not recorded %{x:.1f} µs<extra></extra>"))
     base = breakdown[breakdown["which"] == "unfused baseline"]
     if not base.empty:
         floor = float(base["busy_us"].iloc[0])

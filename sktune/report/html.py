@@ -202,6 +202,11 @@ def _time(study: optuna.Study, figs: _Figures) -> str:
             "The dashed busy floor is the baseline's busy time: what a step would take if every gap were "
             "removed but the same kernels ran; a plan below it also made the kernels themselves cheaper "
             "(fewer passes over memory). The profiler inflates times; the summary's times come from the clock.</p>")
+    for row in breakdown[breakdown["partial_reason"].notna()].itertuples():
+        text += (f'<p class="note">The profile of the {escape(row.which)} is partial: {escape(row.partial_reason)}. '
+                 f"{row.unrecorded_us:,.1f} µs per step are shown as not recorded; its busy time "
+                 f"({row.busy_us:,.1f} µs) is a lower bound and its gap ({row.gap_us:,.1f} µs) holds no "
+                 "unrecorded kernel.</p>")
     out = head + text + figs.html(figures.busy_gap_figure(breakdown))
     if not kernels.empty:
         out += figs.html(figures.kernels_figure(kernels))

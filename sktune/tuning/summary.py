@@ -61,8 +61,8 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "verified_bitwise": False, "best_trial": None, "best_plan": None, "groups": [],
         "fuse_all": None, "gain_kept": None,
         "median_overhead_s": statistics.median(overheads) if overheads else None,
-        "profile_baseline": study.user_attrs.get(StudyAttr.PROFILE_BASELINE),
-        "profile_best": study.user_attrs.get(StudyAttr.PROFILE_BEST),
+        "profile_baseline": stored_profile(study, StudyAttr.PROFILE_BASELINE),
+        "profile_best": stored_profile(study, StudyAttr.PROFILE_BEST),
         "warm_start": study.user_attrs.get(StudyAttr.WARM_START),  # earlier plans tried first, and their mapping
     }
     if best is not None and best.plan is not None and best.ratio_ci is not None:
@@ -109,9 +109,32 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     best_ratio = None if best is None else 1.0 if out["best_fuses_nothing"] else best.ratio
     out["anchors"] = anchor_comparison(study, best_ratio)
     out.update(static_compile_summary(study))  # static_compile, estimated_host_time (emulated only)
+    # Which profiles left some of the step unrecorded (their unrecorded_us is neither busy nor gap).
+    out["profile_partial"] = [which for which, key in (("baseline", "profile_baseline"), ("best", "profile_best"))
+                              if (out[key] or {}).get("partial")]
     out["effective_options_checked"] = effective_options_checked(study)
     out["effective_options_warning"] = study.user_attrs.get(StudyAttr.EFFECTIVE_OPTIONS_UNCHECKED)
     return out
+
+
+LEGACY_CPP_WRAPPER_REASON = (
+    "profiled by an sktune that did not count a C++ wrapper's extern calls (GEMMs, C shims) as busy: its gap "
+    "holds them, so the gap is shown as not recorded")
+
+
+def stored_profile(study: optuna.Study, key: str) -> dict[str, Any] | None:
+    """The stored profile (measure/profile.py's StepProfile as JSON, or the backend's own).
+    A best plan with a C++ wrapper profiled before profiles knew what they had not recorded
+    (no ``partial`` key) counted its extern calls as gap: that gap is returned as not recorded."""
+    prof = study.user_attrs.get(key)
+    if not prof or "partial" in prof or key != StudyAttr.PROFILE_BEST or "superkernels" in prof:
+        return prof
+    number = study.user_attrs.get(StudyAttr.PROFILE_BEST_TRIAL)
+    plan = study.trials[number].user_attrs.get(TrialAttr.PLAN) if number is not None else None
+    if not (plan or {}).get("options", {}).get("cpp_wrapper"):
+        return prof
+    return {**prof, "gap_us": 0.0, "unrecorded_us": prof["gap_us"], "partial": True,
+            "partial_reason": LEGACY_CPP_WRAPPER_REASON}
 
 
 def _noise_floor(study: optuna.Study) -> dict[str, Any] | None:

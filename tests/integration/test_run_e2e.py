@@ -40,6 +40,7 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     fused = sorted(i for g in data["groups"] for i in g)
     assert len(fused) == len(set(fused)), "an op is in two groups"
     assert f"best #{data['best_trial']}" in result.stdout  # the summary table names the best trial
+    assert "USDT" not in result.stdout + result.stderr  # Kineto's profiler_start/stop lines (measure/raw_events.py)
 
     study = optuna.load_study(study_name="e2e", storage=storage)
     trials = finished(study.get_trials())
