@@ -6,7 +6,8 @@
 Reads a finished study (any storage ``sktune run`` wrote; the newest study unless
 ``--study`` names one) and prints, per origin (starting point, refinement, culprit seed,
 local search, TPE, random start-up), its trials, its exact trials, how many of those are
-within 2 % of the best exact ratio, and whether the best came from it. Figures come from
+within 2 % of the smallest exact ratio the search measured, and whether the study's named
+best (the finalists' verdict) came from it. Figures come from
 the study's own measurements; nothing is asserted.
 """
 
@@ -33,7 +34,7 @@ def main(storage: str, study: Annotated[str | None, typer.Option(help="Study nam
     loaded = optuna.load_study(study_name=name, storage=storage)
     rows = origin_table(loaded, tolerance)
     print(f"{name}: {len(loaded.trials)} trials")
-    print(f"| origin | trials | exact | within {tolerance:.0%} of the best | best |")
+    print(f"| origin | trials | exact | within {tolerance:.0%} of the best measured | named best |")
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.origin} | {r.trials} | {r.exact} | {r.within} | {'yes' if r.best else ''} |")

@@ -44,18 +44,18 @@ class OriginRow:
     origin: str
     trials: int
     exact: int
-    within: int  # exact trials within ``tolerance`` of the best ratio
-    best: bool  # the study's best exact trial came from here
+    within: int  # exact trials within ``tolerance`` of the smallest exact ratio the search measured
+    best: bool  # the study's named best (the finalists' verdict) came from here
 
 
 def origin_table(study: optuna.Study, tolerance: float = 0.02) -> list[OriginRow]:
     """One row per origin that proposed any trial, the study's best marked."""
     trials = study.get_trials(deepcopy=False)
     by_number = {t.number: t for t in trials}
-    best = best_record(study)
+    best = best_record(study)  # the study's verdict (the finalists' round, where there was one)
     exact = feasible_trials(study)
-    best_ratio = best.ratio if best is not None and best.ratio is not None else min(
-        (t.value for t in exact), default=None)  # type: ignore[type-var]
+    # "Within" compares the search's own measurements: the finalists re-measured only a few.
+    best_ratio = min((t.value for t in exact), default=None)  # type: ignore[type-var]
     rows = []
     kinds = [origin(t, by_number) for t in trials]
     for kind in dict.fromkeys(kinds):
