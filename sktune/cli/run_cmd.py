@@ -11,6 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from sktune.cli._errors import err_console, user_errors
+from sktune.space.search_space import FUSE_ALL
+from sktune.tuning.settings import DEFAULT_STORAGE
 
 BackendName = Annotated[str, typer.Option(help="auto | inductor | npu")]
 
@@ -34,7 +36,7 @@ def run_command(
              "while compiling, never while timing).")] = True,
     timeout: Annotated[float | None, typer.Option(min=1, help="Stop starting new trials after this many seconds.")] = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: MODEL-BACKEND). Same name + storage resumes.")] = None,
-    storage: Annotated[str, typer.Option(help="Optuna storage URL (default: SQLite file in the working directory).")] = "sqlite:///sktune.db",
+    storage: Annotated[str, typer.Option(help="Optuna storage URL (default: SQLite file in the working directory).")] = DEFAULT_STORAGE,
     seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
     threads: Annotated[int, typer.Option(min=1, help="CPU threads for compiled and eager runs (1 is the least noisy).")] = 1,
     input_sets: Annotated[int, typer.Option(min=1, help="Input sets (seeds) every candidate is verified on.")] = 3,
@@ -173,7 +175,7 @@ def _print_summary(data: dict[str, Any]) -> None:
     fuse_all = data.get("fuse_all")
     if fuse_all:
         lo, hi = speedup_interval(fuse_all["ratio_ci"])
-        table.add_row(fuse_all.get("anchor") or "fuse-all", us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
+        table.add_row(fuse_all.get("anchor") or FUSE_ALL, us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
                       f"{speedup_of(fuse_all['ratio']):.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if fuse_all["bitwise"] else "no")
     if data["speedup"]:
         weighted = " (weighted)" if data.get("shapes") else ""

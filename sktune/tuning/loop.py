@@ -18,7 +18,7 @@ from sktune.backends import get_backend
 from sktune.tuning.budget import Effort, Patience, TrialBudget
 from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
-from sktune.tuning.records import StudyAttr, ran_anchor
+from sktune.tuning.records import FUSE_ALL, StudyAttr, ran_anchor
 from sktune.tuning.refine import refine_best
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
@@ -64,7 +64,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                            probe_cache=probe_cache, shapes=settings.shapes,
                            capture_cache=str((settings.cache_root / "captures").resolve()),
                            compile_helper=settings.compile_helper,
-                           prefetch_fuse_all=settings.compile_helper and not ran_anchor(study, "fuse-all"))
+                           prefetch_fuse_all=settings.compile_helper and not ran_anchor(study, FUSE_ALL))
     with SupervisedWorker(config, str(cache_dir)) as worker:
         description = reuse_space_inputs(study, worker.start())
         space = space_from_description(description)

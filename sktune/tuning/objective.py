@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 
 from sktune.space.exactness import Exactness
 from sktune.space.plan import Plan
-from sktune.space.search_space import SearchSpace
+from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.dcci_seed import enqueue_dcci_seed
 from sktune.tuning.protocol import TrialRequest, TrialWorker, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
@@ -85,7 +85,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
         # Costly option values never come from the sampler: fuse-all takes them as the
         # yardstick, a refinement trial names them (tuning/refine.py).
-        overrides = space.fuse_all_overrides if anchor == "fuse-all" else (
+        overrides = space.fuse_all_overrides if anchor == FUSE_ALL else (
             trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {})
         plan = space.with_options(space.suggest(trial), overrides)
         if overrides:

@@ -9,7 +9,7 @@ import optuna
 
 from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan
-from sktune.tuning.records import (StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
+from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
                                    reused, speedup_interval, speedup_of)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
@@ -30,7 +30,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     complete = [r for r in recs if r.state == "COMPLETE"]
     best = best_record(study)
     n_ops = len(study.user_attrs.get(StudyAttr.OPS, []))
-    fuse_all = anchor_record(study, "fuse-all")
+    fuse_all = anchor_record(study, FUSE_ALL)
     overheads = [t.user_attrs[TrialAttr.OVERHEAD_S] for t in study.get_trials(deepcopy=False)
                  if TrialAttr.OVERHEAD_S in t.user_attrs]
     env = study.user_attrs.get(StudyAttr.ENVIRONMENT) or {}
