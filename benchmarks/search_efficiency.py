@@ -40,10 +40,10 @@ def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
     started = time.perf_counter()
     runner = TrialRunner(RunnerConfig(model_path=str(model), input_sets=input_sets,
                                       probe_cache=str(cache.resolve() / "exactness-probe.json")))
-    description = runner.describe()
-    space, max_cuts = small_space(description, max_configs, option)
+    workload = runner.describe()
+    space, max_cuts = small_space(workload, max_configs, option)
     n = len(distinct_plans(space))
-    print(f"{model}: {len(description['ops'])} ops, {len(space.blocks)} blocks, {len(space.fallbacks)} fallbacks, "
+    print(f"{model}: {len(workload.ops)} ops, {len(space.blocks)} blocks, {len(space.fallbacks)} fallbacks, "
           f"options {option}: {n} distinct plans")
 
     def progress(done: int, total: int) -> None:
@@ -52,7 +52,7 @@ def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
 
     measurements = measure_all(runner, space, n_batches, progress)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save(out, str(model), description, max_cuts, measurements, option, n_batches)
+    save(out, str(model), workload, max_cuts, measurements, option, n_batches)
     exact = [m for m in measurements.values() if m["bitwise"]]
     best = min(m["ratio"] for m in exact)
     print(f"saved {out}: {len(measurements)} plans, {len(exact)} bitwise, exhaustive best ratio {best:.3f} "
@@ -207,13 +207,13 @@ def _starting_points_vs_best(data: dict, best: float, tolerance: float) -> str:
     """Whether an anchor or seed already is (within the tolerance) the exhaustive best:
     if one is, the table only tests the starting points, not the sampler."""
     from sktune.benchlib.exhaustive import space_for
-    from sktune.benchlib.replay import with_capabilities
+    from sktune.benchlib.replay import table_workload
     from sktune.tuning.space_setup import starting_points
 
-    description = with_capabilities(data["description"])
-    space = space_for(description, data["max_cuts"], data["options"])
+    workload = table_workload(data)
+    space = space_for(workload, data["max_cuts"], data["options"])
     measured = []
-    for name, params in starting_points(space, description):
+    for name, params in starting_points(space, workload):
         m = data["measurements"].get(space.decode(params).dumps())
         if m and m["bitwise"] and m["ratio"] is not None:
             measured.append((m["ratio"], name))

@@ -47,13 +47,13 @@ class SkillProcedure:
 
     def __init__(self, model: Path) -> None:
         from sktune.tuning.runner import RunnerConfig, TrialRunner
-        from sktune.tuning.space_setup import space_from_description
+        from sktune.tuning.space_setup import space_from_workload
         from sktune.space.ascend_anchors import superkernel_anchors
 
         self.runner = TrialRunner(RunnerConfig(str(model), backend="npu", input_sets=3))
-        description = self.runner.describe()
-        self.space = space_from_description(description)
-        self.anchors = dict(superkernel_anchors(self.space, [o["module"] for o in description["ops"]]))
+        workload = self.runner.describe()
+        self.space = space_from_workload(workload)
+        self.anchors = dict(superkernel_anchors(self.space, workload.modules))
         self.runs = self.steps = self.compiles = 0
         self.static_s = self.static_uncached_s = 0.0  # EMULATED static-compile seconds of its compiles
         self.log: list[str] = []

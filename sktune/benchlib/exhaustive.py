@@ -20,7 +20,8 @@ from typing import Any
 from sktune.space.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.protocol import TrialRequest
-from sktune.tuning.space_setup import space_from_description
+from sktune.tuning.space_setup import space_from_workload
+from sktune.tuning.workload import Workload
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +39,16 @@ def distinct_plans(space: SearchSpace) -> dict[str, dict[str, Any]]:
     return plans
 
 
-def space_for(description: dict[str, Any], max_cuts: int, options: Sequence[str] = DEFAULT_OPTIONS) -> SearchSpace:
-    """sktune's (flat) space for ``description`` with at most ``max_cuts`` cuts and only ``options``."""
-    return space_from_description(description, stamp=False, max_cuts=max_cuts, options=options)
+def space_for(workload: Workload, max_cuts: int, options: Sequence[str] = DEFAULT_OPTIONS) -> SearchSpace:
+    """sktune's (flat) space for ``workload`` with at most ``max_cuts`` cuts and only ``options``."""
+    return space_from_workload(workload, stamp=False, max_cuts=max_cuts, options=options)
 
 
-def small_space(description: dict[str, Any], max_configs: int = 256,
+def small_space(workload: Workload, max_configs: int = 256,
                 options: Sequence[str] = DEFAULT_OPTIONS) -> tuple[SearchSpace, int]:
     """The space with the most candidate cuts that keeps ≤ ``max_configs`` plans, and that cut limit."""
     for max_cuts in range(8, -1, -1):
-        space = space_for(description, max_cuts, options)
+        space = space_for(workload, max_cuts, options)
         combinations = 1
         for choices in space.domains().values():
             combinations *= len(choices)
@@ -76,9 +77,9 @@ def measure_all(runner: Any, space: SearchSpace, n_batches: int,
     return out
 
 
-def save(path: Path, model: str, description: dict[str, Any], max_cuts: int,
+def save(path: Path, model: str, workload: Workload, max_cuts: int,
          measurements: dict[str, dict[str, Any]], options: Sequence[str], n_batches: int) -> None:
     path.write_text(json.dumps({
-        "model": model, "description": description, "options": list(options), "max_cuts": max_cuts,
+        "model": model, "description": workload.to_json(), "options": list(options), "max_cuts": max_cuts,
         "n_batches": n_batches, "n_configs": len(measurements), "measurements": measurements,
     }))

@@ -37,7 +37,8 @@ from sktune.tuning.objective import ObjectiveRules, make_objective
 from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult, WorkerFailure
 from sktune.tuning.records import TrialAttr, feasible_ratios, skipped
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
-from sktune.tuning.space_setup import exactness_from_description, starting_points, targets_of
+from sktune.tuning.space_setup import starting_points
+from sktune.tuning.workload import Workload
 
 STRATEGIES = ("sktune", "sktune-sampler", "tpe", "random")
 CHECKPOINTS = (10, 30, 60)
@@ -125,20 +126,20 @@ def replay(data: dict[str, Any], strategy: str, seed: int, max_trials: int, pati
 
     ``patience`` None: never stop early, so that every strategy gets ``max_trials``.
     """
-    description = with_capabilities(data["description"])
-    space = space_for(description, data["max_cuts"], data["options"])
+    workload = table_workload(data)
+    space = space_for(workload, data["max_cuts"], data["options"])
     sampler = _sampler(strategy, seed)
     study = optuna.create_study(direction="minimize", sampler=sampler, pruner=ClearlyWorsePruner())
     if strategy == "sktune":
-        for name, params in starting_points(space, description):
+        for name, params in starting_points(space, workload):
             study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name})
     chunks = EFFORTS["default"].chunks
     ours = strategy in ("sktune", "sktune-sampler")
     worker = TableWorker(data["measurements"])
-    exactness = exactness_from_description(description) if ours else None
-    objective = make_objective(space, worker, ObjectiveRules(chunks, math.inf), targets_of(description), exactness)
+    exactness = workload.exact() if ours else None
+    objective = make_objective(space, worker, ObjectiveRules(chunks, math.inf), workload.targets, exactness)
     if exactness is not None:  # as resume.prepare does for sktune run
-        attach_space(study, space, hopeless_filter(space, targets_of(description), exactness))
+        attach_space(study, space, hopeless_filter(space, workload.targets, exactness))
     history: list[tuple[float, int, int]] = []
 
     def best_so_far(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -148,6 +149,11 @@ def replay(data: dict[str, Any], strategy: str, seed: int, max_trials: int, pati
     search(study, objective, Effort(max_trials, chunks, patience, confirm_top=0), callbacks=[best_so_far])
     best, compiles, timed = zip(*history) if history else ((), (), ())
     return Run(strategy, seed, tuple(best), max_trials, tuple(compiles), tuple(timed))
+
+
+def table_workload(data: dict[str, Any]) -> Workload:
+    """The workload a table of measurements was measured on (``benchlib/exhaustive.save``)."""
+    return Workload.from_json(with_capabilities(data["description"]))
 
 
 def with_capabilities(description: dict[str, Any]) -> dict[str, Any]:

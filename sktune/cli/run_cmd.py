@@ -6,13 +6,16 @@ import json
 import logging
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from sktune.cli._errors import err_console, user_errors
 from sktune.space.search_space import FUSE_ALL
 from sktune.tuning.settings import DEFAULT_STORAGE
+
+if TYPE_CHECKING:
+    from sktune.tuning.workload import Workload
 
 BackendName = Annotated[str, typer.Option(help="auto | inductor | npu")]
 
@@ -123,7 +126,7 @@ class _Progress:
     def __exit__(self, *exc: object) -> None:
         self.progress.__exit__(*exc)
 
-    def on_ready(self, study: Any, description: dict[str, Any]) -> None:
+    def on_ready(self, study: Any, workload: Workload) -> None:
         from sktune.tuning.storage import other_local_workers
 
         others = other_local_workers(study)
@@ -133,7 +136,7 @@ class _Progress:
                 "timings on shared CPU cores interfere. Pin each worker to its own cores "
                 "(taskset -c N sktune run ...) or run one worker per device/host."
             )
-        self.progress.update(self.task, description=f"{study.study_name}: {len(description['ops'])} ops, tuning…")
+        self.progress.update(self.task, description=f"{study.study_name}: {len(workload.ops)} ops, tuning…")
 
     def on_trial(self, study: Any, trial: Any) -> None:
         from sktune.tuning.records import TrialAttr, best_record, speedup_of

@@ -25,6 +25,11 @@ class Op:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Op":
+        return cls(int(data["index"]), data["name"], data["target"], data["module"], data["module_type"],
+                   data["source"])
+
 
 @dataclass(frozen=True)
 class OpGraph:

@@ -22,10 +22,10 @@ from sktune.tuning.records import FUSE_ALL, StudyAttr, ran_anchor
 from sktune.tuning.refine import refine_best
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
-from sktune.tuning.space_setup import (exactness_from_description, reuse_space_inputs, space_from_description,
-                                       targets_of)
+from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
 from sktune.tuning.warm_start import warm_plans
 from sktune.tuning.worker import SupervisedWorker, runner_config
+from sktune.tuning.workload import Workload
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def search(study: optuna.Study, objective: Callable[[optuna.Trial], float], effo
 
 
 def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
-         on_ready: Callable[[optuna.Study, dict[str, Any]], None] | None = None) -> optuna.Study:
+         on_ready: Callable[[optuna.Study, Workload], None] | None = None) -> optuna.Study:
     """Run ``settings.trials`` more trials on the study (created or resumed)."""
     cache_dir = (settings.cache_root / settings.study).resolve()
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -66,26 +66,25 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                            compile_helper=settings.compile_helper,
                            prefetch_fuse_all=settings.compile_helper and not ran_anchor(study, FUSE_ALL))
     with SupervisedWorker(config, str(cache_dir)) as worker:
-        description = reuse_space_inputs(study, worker.start())
-        space = space_from_description(description)
-        warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, description, space,
+        workload = reuse_space_inputs(study, worker.start())
+        space = space_from_workload(workload)
+        warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, workload, space,
                           settings.study) if settings.warm_start else []
-        starting = prepare(study, description, space, settings.model_path,
+        starting = prepare(study, workload, space, settings.model_path,
                            {StudyAttr.THREADS: settings.threads, StudyAttr.INPUT_SETS: settings.input_sets},
                            settings.allow_changed, first=[(w.anchor, w.params) for w in warm])
         if warm:  # the study notes where its first plans came from
             noted = study.user_attrs.get(StudyAttr.WARM_START) or []
             study.set_user_attr(StudyAttr.WARM_START, noted + [w.to_json() for w in warm])
         if on_ready:
-            on_ready(study, description)
+            on_ready(study, workload)
         rules = ObjectiveRules(
             chunks=effort.chunks, trial_timeout=settings.trial_timeout,
             bisect_runs=backend.default_bisect_runs if settings.bisect_runs is None else settings.bisect_runs,
             diagnoses=settings.diagnose, diagnostic_plan=backend.diagnostic_plan,
-            shapes=tuple((name, s["weight"]) for name, s in (description.get("shapes") or {}).items()),
+            shapes=workload.shape_weights,
         )
-        objective = make_objective(space, worker, rules, targets_of(description),
-                                   exactness_from_description(description))
+        objective = make_objective(space, worker, rules, workload.targets, workload.exact())
         phases = PhaseClock()  # where this run's time went after start-up
         with phases("search"):
             search(study, objective, effort, settings.timeout, callbacks, starting)

@@ -21,8 +21,9 @@ from sktune.space.search_space import SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
-from sktune.tuning.space_setup import SPACE_INPUTS, exactness_from_description, starting_points, targets_of
+from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url
+from sktune.tuning.workload import Workload
 
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
 Named = tuple[str, dict[str, Any]]  # (anchor name, parameters)
@@ -82,18 +83,18 @@ def open_study(name: str, storage: str, seed: int | None) -> optuna.Study:
     return study
 
 
-def fingerprint(description: dict[str, Any]) -> dict[str, Any]:
+def fingerprint(workload: Workload) -> dict[str, Any]:
     """What a study tunes: model file, graph, inputs, backend and versions."""
     from sktune import __version__
 
-    graph = json.dumps([[op["target"] for op in description["ops"]], description["boundaries"]])
-    env = description["environment"]
-    shapes = {"shapes": description["shapes"]} if description.get("shapes") else {}  # one-shape studies as before
+    graph = json.dumps([workload.targets, list(workload.boundaries)])
+    env = workload.environment
+    shapes = {"shapes": workload.shapes_json()} if workload.shapes else {}  # one-shape studies as before
     return {
         **shapes,
-        "model_sha256": description["model_sha256"],
+        "model_sha256": workload.model_sha256,
         "graph_sha256": hashlib.sha256(graph.encode()).hexdigest(),
-        "input_shapes": description["input_shapes"],
+        "input_shapes": workload.input_shapes,
         "backend": env.get("backend"),
         "torch": env.get("torch"),
         "torch_npu": env.get("torch_npu"),
@@ -101,7 +102,7 @@ def fingerprint(description: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace, model_path: Path,
+def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_path: Path,
             settings: dict[str, Any], allow_changed: bool = False,
             first: Sequence[Named] = ()) -> StartingQueue:
     """Record what the study tunes (a new study) and queue the first pending starting point;
@@ -114,29 +115,28 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
     versions...) is refused unless ``allow_changed``.
     """
     # The sampler's local search walks this space, skipping what the objective would skip.
-    attach_space(study, space, hopeless_filter(space, targets_of(description),
-                                               exactness_from_description(description)))
-    queue = StartingQueue([*first, *starting_points(space, description)])
+    attach_space(study, space, hopeless_filter(space, workload.targets, workload.exact()))
+    queue = StartingQueue([*first, *starting_points(space, workload)])
     existing = study.user_attrs.get(StudyAttr.SPACE)
     if existing is not None:
-        _check_resumable(study, existing, description, space, settings, allow_changed)
+        _check_resumable(study, existing, workload, space, settings, allow_changed)
         queue.top_up(study)
         return queue
-    study.set_user_attr(StudyAttr.FINGERPRINT, fingerprint(description))
+    study.set_user_attr(StudyAttr.FINGERPRINT, fingerprint(workload))
     for key, value in settings.items():
         study.set_user_attr(key, value)
-    study.set_user_attr(StudyAttr.BACKEND, description["environment"]["backend"])
+    study.set_user_attr(StudyAttr.BACKEND, workload.environment["backend"])
     study.set_user_attr(StudyAttr.MODEL, str(model_path))
-    study.set_user_attr(StudyAttr.OPS, description["ops"])
-    for key in SPACE_INPUTS:
-        study.set_user_attr(key, description.get(key) or {})
-    study.set_user_attr(StudyAttr.BOUNDARIES, description["boundaries"])
-    study.set_user_attr(StudyAttr.ENVIRONMENT, description["environment"])
-    study.set_user_attr(StudyAttr.STARTUP_S, description.get("startup_s"))
-    study.set_user_attr(StudyAttr.MODEL_SHA256, description["model_sha256"])
-    study.set_user_attr(StudyAttr.INPUT_SHAPES, description["input_shapes"])
-    if description.get("shapes"):
-        study.set_user_attr(StudyAttr.SHAPES, description["shapes"])
+    study.set_user_attr(StudyAttr.OPS, workload.ops_json())
+    study.set_user_attr(StudyAttr.OP_PROFILE, workload.op_profile_json())  # the space inputs: resume reuses them
+    study.set_user_attr(StudyAttr.EXACTNESS, workload.exactness)
+    study.set_user_attr(StudyAttr.BOUNDARIES, list(workload.boundaries))
+    study.set_user_attr(StudyAttr.ENVIRONMENT, workload.environment)
+    study.set_user_attr(StudyAttr.STARTUP_S, workload.startup_s)
+    study.set_user_attr(StudyAttr.MODEL_SHA256, workload.model_sha256)
+    study.set_user_attr(StudyAttr.INPUT_SHAPES, workload.input_shapes)
+    if workload.shapes:
+        study.set_user_attr(StudyAttr.SHAPES, workload.shapes_json())
     queue.top_up(study)
     # Last: workers starting together treat the study as prepared once "space" is there, so
     # everything they check against must already be written (seen: "--input-sets None").
@@ -144,7 +144,7 @@ def prepare(study: optuna.Study, description: dict[str, Any], space: SearchSpace
     return queue
 
 
-def _check_resumable(study: optuna.Study, existing: dict[str, Any], description: dict[str, Any],
+def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Workload,
                      space: SearchSpace, settings: dict[str, Any], allow_changed: bool) -> None:
     name = study.study_name
     if existing != space.signature():
@@ -158,7 +158,7 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], description:
                 f"study {name!r} was run with --{key.replace('_', '-')} {study.user_attrs.get(key)}, "
                 f"not {value}; resume with the same value or use a new --study name"
             )
-    old, new = study.user_attrs.get(StudyAttr.FINGERPRINT, {}), fingerprint(description)
+    old, new = study.user_attrs.get(StudyAttr.FINGERPRINT, {}), fingerprint(workload)
     changed = [f"{k}: {old.get(k)!r} → {new[k]!r}" for k in new if old.get(k) != new[k]]
     if changed and not allow_changed:
         raise SktuneError(

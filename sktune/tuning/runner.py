@@ -24,6 +24,7 @@ from sktune.space.plan import Plan, Scope
 from sktune.tuning.probe import across_shapes, probe_exactness
 from sktune.tuning.protocol import StaticCompile, TimingUpdate, TrialRequest, TrialResult
 from sktune.tuning.startup import RunnerConfig, ShapeSet, load_model, signature
+from sktune.tuning.workload import ServedShape, Workload
 from sktune.verify import compare_outputs, flatten_outputs
 
 log = logging.getLogger(__name__)
@@ -89,23 +90,19 @@ class TrialRunner:
             raise ValueError(f"unknown shape {name!r} (known: {', '.join(map(str, self.shape_sets))})")
         return self.shape_sets[name]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> Workload:
         """What the tuner's main process needs: ops, cuts, what the backend can tune."""
-        return {
-            **self.graph.describe(),
-            "capabilities": self.capabilities.to_json(),
-            "kernelless": list(self.kernelless),
-            "environment": {**self.backend.environment(), "threads": str(self.config.threads),
-                            "backend": self.backend.name},
-            "op_profile": self.op_profile.to_json(),
-            "exactness": self.exactness,
-            "startup_s": self.startup_s,
-            "model_sha256": self.source.sha256,
-            "input_shapes": signature(self.inputs[0]),
+        return Workload(
+            ops=self.graph.ops, boundaries=self.graph.boundaries, capabilities=self.capabilities,
+            environment={**self.backend.environment(), "threads": str(self.config.threads),
+                         "backend": self.backend.name},
+            model_sha256=self.source.sha256, input_shapes=signature(self.inputs[0]),
+            kernelless=tuple(self.kernelless), op_profile=self.op_profile, exactness=self.exactness,
+            startup_s=self.startup_s,
             # Heaviest first; empty for a model without input_shapes().
-            "shapes": {name: {"weight": s.weight, "input_shapes": signature(s.inputs[0])}
-                       for name, s in self.shape_sets.items() if name is not None},
-        }
+            shapes={name: ServedShape(s.weight, signature(s.inputs[0]))
+                    for name, s in self.shape_sets.items() if name is not None},
+        )
 
     def run(self, request: TrialRequest) -> TrialResult:
         """Apply, verify on every input set, then time against the baseline (interleaved).

@@ -24,6 +24,7 @@ from sktune.graph.structure import find_repeats
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 from sktune.tuning.records import StudyAttr, top_records
 from sktune.tuning.storage import make_storage, mask_url
+from sktune.tuning.workload import Workload
 
 PLANS_PER_STUDY = 3  # the best distinct exact plans taken from each earlier study
 
@@ -46,15 +47,16 @@ class WarmPlan:
 
 
 def unit_signature(ops: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...] | None:
-    """Op types and module paths below the layer of one repeated unit; None without repeats."""
-    found = _repeated_unit(ops)
+    """Op types and module paths below the layer of one repeated unit of a stored op list
+    (``StudyAttr.OPS``); None without repeats."""
+    found = _repeated_unit([o["target"] for o in ops], [o["module"] for o in ops])
     return None if found is None else found[0]
 
 
-def _repeated_unit(ops: Sequence[dict[str, Any]]) -> tuple[tuple[tuple[str, str], ...], int] | None:
+def _repeated_unit(targets: Sequence[str],
+                   modules: Sequence[str]) -> tuple[tuple[tuple[str, str], ...], int] | None:
     """The repeated unit's signature and how many units the graph has; None without repeats."""
-    targets, modules = [o["target"] for o in ops], [o["module"] for o in ops]
-    repeats = find_repeats(targets, modules)
+    repeats = find_repeats(list(targets), list(modules))
     if repeats is None:
         return None
     first, last = repeats.units[0]
@@ -63,23 +65,24 @@ def _repeated_unit(ops: Sequence[dict[str, Any]]) -> tuple[tuple[tuple[str, str]
     return tuple(zip(targets[first:last + 1], inside)), len(repeats.units)
 
 
-def mapping_for(old: optuna.Study, description: dict[str, Any], space: SearchSpace) -> str:
+def mapping_for(old: optuna.Study, workload: Workload, space: SearchSpace) -> str:
     """How plans of ``old`` carry over to this graph; SktuneError with the reason when they cannot."""
     name = old.study_name
-    old_backend, backend = old.user_attrs.get(StudyAttr.BACKEND), description["environment"]["backend"]
+    old_backend, backend = old.user_attrs.get(StudyAttr.BACKEND), workload.environment["backend"]
     if old_backend != backend:
         raise SktuneError(f"--warm-start: study {name!r} tuned backend {old_backend}, not {backend}")
     same_space = old.user_attrs.get(StudyAttr.SPACE) == space.signature()
-    if same_space and old.user_attrs.get(StudyAttr.MODEL_SHA256) == description["model_sha256"]:
+    if same_space and old.user_attrs.get(StudyAttr.MODEL_SHA256) == workload.model_sha256:
         return "same model: the same op indices"
     if same_space:
         return "changed model, same ops and cuts: the same op indices"
-    old_unit, found = unit_signature(old.user_attrs.get(StudyAttr.OPS) or []), _repeated_unit(description["ops"])
+    old_unit, found = unit_signature(old.user_attrs.get(StudyAttr.OPS) or []), _repeated_unit(workload.targets,
+                                                                                             workload.modules)
     unit, n_units = found if found is not None else (None, 0)
     if old_unit is None or unit is None:
         raise SktuneError(
             f"--warm-start: study {name!r} tuned another graph ({len(old.user_attrs.get(StudyAttr.OPS) or [])} "
-            f"ops, this one has {len(description['ops'])}) and "
+            f"ops, this one has {len(workload.ops)}) and "
             f"{'neither graph has' if old_unit is None and unit is None else 'only one graph has'} repeated "
             "layers whose pattern could be re-stamped; its plans' op indices would mean other ops here")
     if old_unit != unit:
@@ -90,7 +93,7 @@ def mapping_for(old: optuna.Study, description: dict[str, Any], space: SearchSpa
     return f"changed model, same repeated layer ({len(unit)} ops): its pattern re-stamped over {n_units} layers"
 
 
-def warm_plans(names: Sequence[str], storage: str, description: dict[str, Any], space: SearchSpace,
+def warm_plans(names: Sequence[str], storage: str, workload: Workload, space: SearchSpace,
                this_study: str) -> list[WarmPlan]:
     """The best exact plans of each named study, mapped onto this graph (refused: SktuneError)."""
     backend = make_storage(storage)
@@ -104,7 +107,7 @@ def warm_plans(names: Sequence[str], storage: str, description: dict[str, Any], 
             raise SktuneError(f"--warm-start: no study named {name!r} in {mask_url(storage)} "
                               f"(studies there: {', '.join(known) or 'none'}; --warm-storage names another)")
         old = optuna.load_study(study_name=name, storage=backend)
-        mapping = mapping_for(old, description, space)
+        mapping = mapping_for(old, workload, space)
         best = top_records(old, PLANS_PER_STUDY)
         if not best:
             raise SktuneError(f"--warm-start: study {name!r} has no bitwise-exact trial to start from")

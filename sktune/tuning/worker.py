@@ -19,6 +19,7 @@ from sktune.child_process import die_with_parent
 from sktune.errors import SktuneError
 from sktune.space.plan import Plan
 from sktune.tuning.protocol import MalformedResult, TimingUpdate, TrialRequest, TrialResult, WorkerFailure
+from sktune.tuning.workload import Workload
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, pare
 
     try:
         runner = TrialRunner(RunnerConfig(**config))
-        conn.send(("ok", runner.describe()))
+        conn.send(("ok", runner.describe().to_json()))
     except SktuneError as exc:
         conn.send(("user_error", f"{exc}", traceback.format_exc()))
         return
@@ -108,13 +109,13 @@ class SupervisedWorker:
         self.config = config
         self.cache_dir = cache_dir
         self.start_timeout = start_timeout
-        self.description: dict[str, Any] = {}
+        self.workload: Workload | None = None
         self._ctx = mp.get_context("spawn")
         self._process: Any = None
         self._conn: Connection | None = None
         self.restarts = 0
 
-    def start(self) -> dict[str, Any]:
+    def start(self) -> Workload:
         """Start the worker and wait until the model is loaded, captured and checked."""
         parent, child = self._ctx.Pipe()
         self._process = self._ctx.Process(target=_serve, args=(child, self.config, self.cache_dir, os.getpid()),
@@ -134,8 +135,8 @@ class SupervisedWorker:
             if status == "user_error":
                 raise SktuneError(message)
             raise SktuneError(f"the trial worker failed while loading the model: {message}")
-        self.description = rest[0]
-        return self.description
+        self.workload = Workload.from_json(rest[0])
+        return self.workload
 
     # -- the TrialWorker protocol (typed; JSON stays on the pipe) ----------------------
     def run(self, request: TrialRequest, timeout: float) -> TrialResult | WorkerFailure:

@@ -17,7 +17,7 @@ import pytest
 
 from sktune.space.plan import Plan
 from sktune.tuning.runner import RunnerConfig, TrialRunner
-from sktune.tuning.space_setup import space_from_description, starting_points
+from sktune.tuning.space_setup import space_from_workload, starting_points
 from sktune.verify import compare_outputs, flatten_outputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,10 +26,10 @@ N_SAMPLED = 50
 
 def searched_plans(runner: TrialRunner, n_sampled: int = N_SAMPLED, seed: int = 0) -> dict[Plan, str]:
     """Every plan the search would try first, then ``n_sampled`` sampled ones, by origin."""
-    description = runner.describe()
-    space = space_from_description(description)
+    workload = runner.describe()
+    space = space_from_workload(workload)
     plans: dict[Plan, str] = {}
-    for name, params in starting_points(space, description):
+    for name, params in starting_points(space, workload):
         plans.setdefault(space.decode(params), name)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -1,6 +1,6 @@
 """The npu backend's scope cap on a real search space: studies/decoder_stack.py (8 layers,
-1,042 ops), built the way ``sktune run`` builds it (the backend's capabilities as JSON in
-the worker's description, then ``space_from_description``)."""
+1,042 ops), built the way ``sktune run`` builds it (the backend's capabilities in the worker's
+workload, across the pipe as JSON, then ``space_from_workload``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from sktune.graph.grouping import regions
 from sktune.load import build, draw_inputs, load_model_file
 from sktune.space.scope_cap import distinct_scopes
 from sktune.space.search_space import SearchSpace
-from sktune.tuning.space_setup import space_from_description
+from sktune.tuning.space_setup import space_from_workload
+from sktune.tuning.workload import Workload
 
 STUDY = Path(__file__).resolve().parents[2] / "studies" / "decoder_stack.py"
 SAMPLES = 300  # the figure of issue 23: 17 of 300 sampled plans had 65-81 distinct scopes
@@ -32,9 +33,9 @@ def stack_space(npu_emulator) -> SearchSpace:
         graph = capture(build(source), inputs)
     args = graph.args_for(inputs)
     capabilities = NpuBackend(torch_npu_version_="2.14.0").capabilities(graph)
-    description = {**graph.describe(), "capabilities": capabilities.to_json(),
-                   "kernelless": list(kernelless_ops(graph.gm, args))}
-    return space_from_description(description)
+    workload = Workload(graph.ops, graph.boundaries, capabilities, {"backend": "npu"}, "", [],
+                        kernelless=kernelless_ops(graph.gm, args))
+    return space_from_workload(Workload.from_json(workload.to_json()))
 
 
 def test_npu_declares_its_scope_cap(stack_space: SearchSpace) -> None:

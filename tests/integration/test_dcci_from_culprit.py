@@ -27,7 +27,7 @@ from sktune.tuning.objective import ObjectiveRules, make_objective
 from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
 from sktune.tuning.runner import RunnerConfig, TrialRunner
-from sktune.tuning.space_setup import space_from_description, targets_of
+from sktune.tuning.space_setup import space_from_workload
 
 MOE = Path(__file__).resolve().parents[2] / "studies" / "ascend_moe.py"
 
@@ -53,8 +53,8 @@ def moe(npu_emulator: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Tr
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path_factory.mktemp("dcci"))  # the backend's profiles and CANN work paths
         runner = TrialRunner(RunnerConfig(str(MOE), backend="npu", input_sets=2))
-    description = runner.describe()
-    return runner, space_from_description(description), targets_of(description)
+    workload = runner.describe()
+    return runner, space_from_workload(workload), workload.targets
 
 
 def _whole_model(space: SearchSpace, dcci: str) -> dict[str, Any]:

@@ -49,15 +49,15 @@ def test_probe_finds_the_inexact_ops_and_answers_from_its_cache(runner: TrialRun
 
 
 def test_exhaustive_table_and_replay(runner: TrialRunner, tmp_path: Path) -> None:
-    description = runner.describe()
-    space, max_cuts = small_space(description, max_configs=12)
+    workload = runner.describe()
+    space, max_cuts = small_space(workload, max_configs=12)
     plans = distinct_plans(space)
     assert 2 <= len(plans) <= 12
     table = measure_all(runner, space, n_batches=2)
     assert set(table) == set(plans)
     assert any(m["bitwise"] for m in table.values()) and not all(m["bitwise"] for m in table.values())
     path = tmp_path / "table.json"
-    save(path, str(TINY), description, max_cuts, table, (), 2)
+    save(path, str(TINY), workload, max_cuts, table, (), 2)
     data = json.loads(path.read_text())
     best = exhaustive_best(data["measurements"])
     runs = [replay(data, s, seed, max_trials=2 * len(plans)) for s in STRATEGIES for seed in range(2)]

@@ -57,7 +57,7 @@ def test_each_shape_has_its_own_graph_and_a_plan_can_be_exact_at_one_shape_only(
     exact = exact_widths_or_skip()
     runner = TrialRunner(RunnerConfig(model_path=str(test_models / "two_widths.py"), n_batches=2,
                                       probe_cache=str(tmp_path / "probe.json")))
-    assert list(runner.describe()["shapes"]) == ["wide", "narrow"]  # heaviest first
+    assert list(runner.describe().shapes) == ["wide", "narrow"]  # heaviest first
     assert [list(t.shape) for t in runner.shape("narrow").inputs[0]] == [[1, WIDTHS["narrow"]]]
     assert runner.shape("narrow").graph is not runner.graph  # shapes are static: one graph each
     wide = runner.run(TrialRequest(fuse_all(runner)))
@@ -65,7 +65,7 @@ def test_each_shape_has_its_own_graph_and_a_plan_can_be_exact_at_one_shape_only(
     assert {"wide": wide.bitwise, "narrow": narrow.bitwise} == exact  # with vectors: exact at wide only
     # The probe runs at every shape: silu alone exact at the wide shape only is not exact.
     assert probe_exactness(runner, None, {}, "wide")["silu"]["alone"] is exact["wide"]
-    assert runner.describe()["exactness"]["silu"]["alone"] is all(exact.values())
+    assert runner.describe().exactness["silu"]["alone"] is all(exact.values())
 
 
 def test_multi_shape_run_rejects_a_plan_inexact_at_one_shape_and_reports_each_shape(

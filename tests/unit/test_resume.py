@@ -13,28 +13,27 @@ import optuna
 import pytest
 
 from sktune.errors import SktuneError
+from sktune.graph.opgraph import Op
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.resume import StartingQueue, fingerprint, prepare
 from sktune.tuning.sampler import make_sampler
-from sktune.tuning.space_setup import space_from_description, starting_points
+from sktune.tuning.space_setup import space_from_workload, starting_points
+from sktune.tuning.workload import Workload
 from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, TARGETS
 
 SETTINGS = {StudyAttr.THREADS: 1, StudyAttr.INPUT_SETS: 3}
 WAITING = optuna.trial.TrialState.WAITING
 
 
-def describe(sha: str = "m") -> dict[str, Any]:
-    return {
-        "ops": [{"target": t, "module": m} for t, m in zip(TARGETS, MODULES)], "boundaries": BOUNDARIES,
-        "capabilities": INDUCTOR_LIKE.to_json(), "environment": {"backend": "inductor", "torch": "2.13"},
-        "model_sha256": sha, "input_shapes": [[4, 8]],
-    }
+def describe(sha: str = "m") -> Workload:
+    return Workload(tuple(Op(k, f"op{k}", t, m, "", "") for k, (t, m) in enumerate(zip(TARGETS, MODULES))),
+                    tuple(BOUNDARIES), INDUCTOR_LIKE, {"backend": "inductor", "torch": "2.13"}, sha, [[4, 8]])
 
 
 @pytest.fixture
 def space() -> SearchSpace:
-    return space_from_description(describe())
+    return space_from_workload(describe())
 
 
 def new_study(storage: optuna.storages.BaseStorage | None = None) -> optuna.Study:
@@ -103,7 +102,7 @@ def test_a_resumed_run_and_a_second_worker_continue_the_same_list(space: SearchS
     study.optimize(lambda t: scripted(t, space), n_trials=2, callbacks=[queue])  # stopped after 2
     # A resumed run (or a second worker): a fresh queue, the same study.
     again = new_study(storage)
-    resumed = prepare(again, describe(), space_from_description(describe()), Path("m.py"), SETTINGS)
+    resumed = prepare(again, describe(), space_from_workload(describe()), Path("m.py"), SETTINGS)
     assert resumed.pending(again) == list(queue.points[3:])  # the third is waiting already
     other = new_study(storage)
     other_queue = StartingQueue(queue.points)
@@ -148,6 +147,6 @@ def test_a_changed_model_is_refused_unless_allowed(space: SearchSpace) -> None:
 def test_a_different_space_is_refused(space: SearchSpace) -> None:
     study = new_study()
     prepare(study, describe(), space, Path("m.py"), SETTINGS)
-    narrower = space_from_description(describe(), options=["max_fusion_size"])
+    narrower = space_from_workload(describe(), options=["max_fusion_size"])
     with pytest.raises(SktuneError, match="different graph or search space"):
         prepare(study, describe(), narrower, Path("m.py"), SETTINGS)

@@ -9,9 +9,11 @@ import pytest
 
 from sktune.capabilities import Capabilities
 from sktune.errors import SktuneError
+from sktune.graph.opgraph import Op
 from sktune.space.search_space import SearchSpace, build_space
 from sktune.tuning.records import StudyAttr
 from sktune.tuning.warm_start import completed, mapping_for, unit_signature
+from sktune.tuning.workload import Workload
 
 LAYER = [("layer_norm", "norm"), ("linear", "up"), ("relu", ""), ("linear", "down"), ("add", "")]
 
@@ -24,8 +26,9 @@ def ops(layers: int, layer: list[tuple[str, str]] = LAYER) -> list[dict[str, Any
     return out
 
 
-def describe(graph_ops: list[dict[str, Any]], sha: str = "new", backend: str = "inductor") -> dict[str, Any]:
-    return {"ops": graph_ops, "model_sha256": sha, "environment": {"backend": backend}}
+def describe(graph_ops: list[dict[str, Any]], sha: str = "new", backend: str = "inductor") -> Workload:
+    return Workload(tuple(Op(k, f"op{k}", o["target"], o["module"], "", "") for k, o in enumerate(graph_ops)),
+                    tuple(range(len(graph_ops) - 1)), Capabilities(), {"backend": backend}, sha, [])
 
 
 def space_of(graph_ops: list[dict[str, Any]]) -> SearchSpace:
