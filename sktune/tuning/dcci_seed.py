@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from sktune.backends.npu_option_space import DCCI_STRATEGY, culprit_choice
 from sktune.space.search_space import SearchSpace
+from sktune.tuning.protocol import BisectResult
 from sktune.tuning.records import TrialAttr, feasible_ratios, is_feasible
 
 log = logging.getLogger(__name__)
@@ -34,13 +35,13 @@ log = logging.getLogger(__name__)
 DCCI_FROM_CULPRIT = "dcci-from-culprit"  # the seed's anchor name
 
 
-def dcci_seed(space: SearchSpace, params: dict[str, Any], found: dict[str, Any]) -> dict[str, Any] | None:
+def dcci_seed(space: SearchSpace, params: dict[str, Any], found: BisectResult) -> dict[str, Any] | None:
     """``params`` with the ``only:`` choice that covers the culprit's gather-class types, or
     None: no dcci choice in the space, no types known, none gather-class, or nothing new."""
     option = next((o for o in space.options if o.name == DCCI_STRATEGY), None)
-    if option is None or DCCI_STRATEGY not in params or not found.get("kernel_types"):
+    if option is None or DCCI_STRATEGY not in params or not found.kernel_types:
         return None
-    choice = culprit_choice(option.sampled_choices, found["kernel_types"])
+    choice = culprit_choice(option.sampled_choices, found.kernel_types)
     if choice is None or params[DCCI_STRATEGY] == choice:
         return None  # already flushed there: the mismatch has another cause
     return {**params, DCCI_STRATEGY: choice}
@@ -62,26 +63,28 @@ def not_worth_it(study: optuna.Study, ratio: float, strategy: str) -> str | None
     return None
 
 
-def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: dict[str, Any],
+def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: BisectResult,
                       ratio: float | None = None) -> str | None:
     """Queue the culprit's ``only:`` variant of ``trial``'s plan, timed at ``ratio`` (None:
     unknown, queued whatever it is); its strategy, or None when there is none worth a trial
     (module docstring). Options set outside the sampled domain (a refinement's, fuse-all's)
     go with it."""
     params = dcci_seed(space, dict(trial.params), found)
-    if params is None:
+    if params is None or found.kernel_types is None:
         return None
+    kernel_types = list(found.kernel_types)
     if ratio is not None and (why_not := not_worth_it(trial.study, ratio, str(trial.params[DCCI_STRATEGY]))):
-        log.info("trial %d: mismatch in %s; not repaired: %s", trial.number, found["kernel_types"], why_not)
+        log.info("trial %d: mismatch in %s; not repaired: %s", trial.number, kernel_types, why_not)
         return None
     overrides = trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}
-    why = {"trial": trial.number, "range": found.get("range"), "kernel_types": found["kernel_types"],
+    why = {"trial": trial.number, "range": None if found.range is None else list(found.range),
+           "kernel_types": kernel_types,
            **({} if ratio is None else {"ratio": ratio})}
     attrs: dict[str, Any] = {TrialAttr.ANCHOR: DCCI_FROM_CULPRIT, TrialAttr.SEEDED_FROM: why}
     if overrides:
         attrs[TrialAttr.OPTION_OVERRIDES] = overrides
     trial.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)  # a repeat culprit: queued once
-    log.info("trial %d: mismatch in %s; queued it with %s=%s", trial.number, found["kernel_types"],
+    log.info("trial %d: mismatch in %s; queued it with %s=%s", trial.number, kernel_types,
              DCCI_STRATEGY, params[DCCI_STRATEGY])
     return str(params[DCCI_STRATEGY])
 

@@ -10,10 +10,11 @@ import optuna
 
 from sktune.graph.grouping import group_ops
 from sktune.space.plan import Plan
-from sktune.tuning.protocol import WorkerFailure
+from sktune.measure.stats import PairedTiming
+from sktune.tuning.protocol import ConfirmRequest, ProfileRequest, WorkerFailure
 from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record,
                                    speedup_of, top_records)
-from sktune.tuning.shapes import outcomes_of, weighted_timing
+from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
 from sktune.tuning.worker import SupervisedWorker
 
 log = logging.getLogger(__name__)
@@ -42,13 +43,14 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     if not plans:
         return
     names: list[str | None] = [name for name, _ in shapes] or [None]
-    rounds: dict[str | None, list[dict[str, Any]]] = {}
+    rounds: dict[str | None, tuple[PairedTiming, ...]] = {}
     for name in names:
-        result = worker.request("confirm", {"plans": plans, "shape": name}, timeout * len(plans))
+        request = ConfirmRequest(tuple(Plan.from_json(p) for p in plans), name)
+        result = worker.confirm(request, timeout * len(plans))
         if isinstance(result, WorkerFailure):
             log.warning("re-measuring the finalists failed: %s", result.reason)
             return
-        rounds[name] = result["timings"]
+        rounds[name] = result.timings
     entry = {r.number: _remeasured(study, r.number, plans.index(r.plan), rounds, shapes)  # type: ignore[arg-type]
              for r in measured}
     remeasured = [entry[r.number] for r in finalists]
@@ -74,35 +76,42 @@ def finalist_verdict(fused: list[dict[str, Any]], unfused: dict[str, Any] | None
     among those, the smallest ratio. Otherwise "keep unfused": the unfused plan's entry,
     with the reason. None: nothing to name (no fused finalist and no unfused trial).
     """
-    faster = [e for e in fused if e["timing"]["ratio_ci"][1] < 1.0]
+    faster = [e for e in fused if _timing(e).faster]
     if faster:
-        return {**min(faster, key=lambda e: e["timing"]["ratio"]), "bitwise": True}
+        return {**min(faster, key=lambda e: _timing(e).ratio), "bitwise": True}
     if not fused and unfused is None:
         return None
     rejected = None
     reason = "no exact finalist fuses anything"
     if fused:
-        best = min(fused, key=lambda e: e["timing"]["ratio"])
-        lo, hi = best["timing"]["ratio_ci"]
-        rejected = {"trial": best["trial"], "ratio": best["timing"]["ratio"], "ratio_ci": [lo, hi]}
-        reason = (f"the fastest fused finalist (trial #{best['trial']}, {speedup_of(best['timing']['ratio']):.2f}x) "
+        best = min(fused, key=lambda e: _timing(e).ratio)
+        timing = _timing(best)
+        lo, hi = timing.ratio_ci
+        rejected = {"trial": best["trial"], "ratio": timing.ratio, "ratio_ci": [lo, hi]}
+        reason = (f"the fastest fused finalist (trial #{best['trial']}, {speedup_of(timing.ratio):.2f}x) "
                   f"re-measured at a time-ratio interval [{lo:.3f}, {hi:.3f}] against unfused: not wholly below 1.0")
     # No exact unfused trial to name instead (it failed): best_record then names no plan.
     named = unfused if unfused is not None else {"trial": None}
     return {**named, "bitwise": True, "keep_unfused_reason": reason, "rejected_best": rejected}
 
 
-def _remeasured(study: optuna.Study, number: int, k: int, rounds: dict[str | None, list[dict[str, Any]]],
+def _timing(entry: dict[str, Any]) -> PairedTiming:
+    """A re-measured entry's timing, read back."""
+    return PairedTiming.from_json(entry["timing"])
+
+
+def _remeasured(study: optuna.Study, number: int, k: int, rounds: dict[str | None, tuple[PairedTiming, ...]],
                 shapes: tuple[tuple[str, float], ...]) -> dict[str, Any]:
     """Plan ``k``'s re-measurement; several shapes: per shape, and their weighted timing.
     Exactness is not re-checked: each shape's mismatch count is the trial's own."""
     if None in rounds:
-        return {"trial": number, "timing": rounds[None][k]}
+        return {"trial": number, "timing": rounds[None][k].to_json()}
     searched = outcomes_of(study.trials[number].user_attrs.get(TrialAttr.SHAPES))
-    per_shape = {name: {"weight": w, "timing": rounds[name][k],
-                        "mismatches": searched[name].mismatches if name in searched else 0}
-                 for name, w in shapes}
-    return {"trial": number, "timing": weighted_timing(outcomes_of(per_shape)).to_json(), "shapes": per_shape}
+    outcomes = {name: ShapeOutcome(w, rounds[name][k], searched[name].mismatches if name in searched else 0)
+                for name, w in shapes}
+    per_shape = {name: {"weight": o.weight, "timing": o.timing.to_json(), "mismatches": o.mismatches}
+                 for name, o in outcomes.items()}
+    return {"trial": number, "timing": weighted_timing(outcomes).to_json(), "shapes": per_shape}
 
 
 def profile_baseline_and_best(study: optuna.Study, worker: SupervisedWorker, timeout: float) -> None:
@@ -113,8 +122,8 @@ def profile_baseline_and_best(study: optuna.Study, worker: SupervisedWorker, tim
         targets.append((StudyAttr.PROFILE_BEST, best.plan))
         study.set_user_attr(StudyAttr.PROFILE_BEST_TRIAL, best.number)
     for key, plan in targets:
-        result = worker.request("profile", plan, timeout)
+        result = worker.profile(ProfileRequest(None if plan is None else Plan.from_json(plan)), timeout)
         if isinstance(result, WorkerFailure):
             log.warning("profiling %s failed: %s", key, result.reason)
         else:
-            study.set_user_attr(key, result)
+            study.set_user_attr(key, result.profile)

@@ -172,7 +172,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         if result.mismatches and rules.bisect_runs > 0:
             found = worker.bisect(plan, rules.bisect_runs, timeout)
             if not isinstance(found, WorkerFailure):
-                trial.set_user_attr(TrialAttr.SMALLEST_FAILING_RANGE, found)
+                trial.set_user_attr(TrialAttr.SMALLEST_FAILING_RANGE, found.to_json())
                 # npu: the plan again, flushed only at the culprit (the fastest inexact plan's only)
                 enqueue_dcci_seed(trial, space, found, float(timing.ratio))
         return float(timing.ratio)

@@ -1,5 +1,7 @@
-"""What crosses the worker pipe, typed: a trial request, its result, and the failure
-that replaces a result when the worker hangs, crashes or raises.
+"""What crosses the worker pipe, typed: a trial request, its result, the side commands
+after and beside the search (the finalists' re-measurement, a mismatch's bisection, a
+step's profile) with their answers, and the failure that replaces an answer when the
+worker hangs, crashes or raises.
 
 ``TrialWorker`` is what the objective needs from a worker: the supervised process
 (``tuning/worker.py``) and the search benchmark's table replay both implement it.
@@ -121,6 +123,119 @@ class TimingUpdate:
         return cls(PairedTiming.from_json(data["timing"]), float(data["measure_s"]))
 
 
+@dataclass(frozen=True)
+class ConfirmRequest:
+    """Re-time ``plans`` in one interleaved round at ``shape`` (None: the heaviest): ``rounds``
+    rounds of ``n_batches`` pairs each, every plan against the baseline."""
+
+    plans: tuple[Plan, ...]
+    shape: str | None = None
+    rounds: int = 6
+    n_batches: int = 5
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plans": [p.to_json() for p in self.plans], "shape": self.shape, "rounds": self.rounds,
+                "n_batches": self.n_batches}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ConfirmRequest":
+        return cls(tuple(Plan.from_json(p) for p in data["plans"]), data.get("shape"), int(data.get("rounds", 6)),
+                   int(data.get("n_batches", 5)))
+
+
+@dataclass(frozen=True)
+class ConfirmResult:
+    """One timing per plan of the request, in its order."""
+
+    timings: tuple[PairedTiming, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"timings": [t.to_json() for t in self.timings]}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ConfirmResult":
+        if not isinstance(data, dict) or not isinstance(data.get("timings"), list):
+            raise MalformedResult("malformed re-measurement from the worker")
+        return cls(tuple(PairedTiming.from_json(t) for t in data["timings"]))
+
+
+@dataclass(frozen=True)
+class BisectRequest:
+    """Find the smallest op range of ``plan`` that still breaks bitwise equality, within
+    ``max_runs`` compile+verify runs."""
+
+    plan: Plan
+    max_runs: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_json(), "max_runs": self.max_runs}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "BisectRequest":
+        return cls(Plan.from_json(data["plan"]), int(data["max_runs"]))
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    """The smallest failing op range found (None: no region failed alone within the runs),
+    its op types, and, where the backend names them, its device op types (npu: the dcci
+    patterns). Stored as the trial's ``TrialAttr.SMALLEST_FAILING_RANGE``."""
+
+    range: tuple[int, int] | None
+    runs: int
+    op_types: tuple[str, ...] = ()
+    kernel_types: tuple[str, ...] | None = None  # None: the backend does not name them
+
+    def to_json(self) -> dict[str, Any]:
+        if self.range is None:
+            return {"range": None, "runs": self.runs}
+        out: dict[str, Any] = {"range": list(self.range), "op_types": list(self.op_types), "runs": self.runs}
+        if self.kernel_types is not None:
+            out["kernel_types"] = list(self.kernel_types)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> "BisectResult":
+        if not isinstance(data, dict) or "runs" not in data:
+            raise MalformedResult("malformed bisection from the worker")
+        found, kernel_types = data.get("range"), data.get("kernel_types")
+        return cls(None if found is None else (int(found[0]), int(found[1])), int(data["runs"]),
+                   tuple(data.get("op_types") or ()), None if kernel_types is None else tuple(kernel_types))
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """Profile one step of ``plan`` (None: the unfused baseline), kernels named."""
+
+    plan: Plan | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": None if self.plan is None else self.plan.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ProfileRequest":
+        plan = data.get("plan")
+        return cls(None if plan is None else Plan.from_json(plan))
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """Busy time and gap of one step, as the backend's profile states them (``StepProfile``
+    as JSON, or the backend's own form: npu adds its SuperKernel rows); the study stores
+    ``profile`` as it is (``StudyAttr.PROFILE_BASELINE`` / ``PROFILE_BEST``)."""
+
+    profile: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.profile
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ProfileResult":
+        if not isinstance(data, dict) or "step_us" not in data:
+            raise MalformedResult("malformed profile from the worker")
+        return cls(dict(data))
+
+
 class TrialWorker(Protocol):
     """What the objective asks of a worker; each call answers or says why not."""
 
@@ -128,4 +243,4 @@ class TrialWorker(Protocol):
 
     def more(self, n_batches: int, timeout: float) -> TimingUpdate | WorkerFailure: ...
 
-    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> dict[str, Any] | WorkerFailure: ...
+    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> BisectResult | WorkerFailure: ...

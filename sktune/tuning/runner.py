@@ -22,7 +22,8 @@ from sktune.measure.op_profile import profile_ops
 from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.space.plan import Plan, Scope
 from sktune.tuning.probe import across_shapes, probe_exactness
-from sktune.tuning.protocol import StaticCompile, TimingUpdate, TrialRequest, TrialResult
+from sktune.tuning.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, ProfileRequest,
+                                    ProfileResult, StaticCompile, TimingUpdate, TrialRequest, TrialResult)
 from sktune.tuning.startup import RunnerConfig, ShapeSet, load_model, signature
 from sktune.tuning.workload import ServedShape, Workload
 from sktune.verify import compare_outputs, flatten_outputs
@@ -159,13 +160,12 @@ class TrialRunner:
         cand += c
         return paired_timing(base, cand), observed
 
-    def confirm(self, request: dict[str, Any]) -> dict[str, Any]:
+    def confirm(self, request: ConfirmRequest) -> ConfirmResult:
         """Re-time several plans in one interleaved round: every candidate's pairs are spread
-        over the same stretch of time, so a quiet or busy minute favours none of them.
-        ``request["shape"]`` names the shape (absent: the heaviest)."""
-        shape = self.shape(request.get("shape"))
-        compiled = [self.backend.compile(shape.graph, Plan.from_json(p)) for p in request["plans"]]
-        rounds, per_round = int(request.get("rounds", 6)), int(request.get("n_batches", 5))
+        over the same stretch of time, so a quiet or busy minute favours none of them."""
+        shape = self.shape(request.shape)
+        compiled = [self.backend.compile(shape.graph, plan) for plan in request.plans]
+        rounds, per_round = request.rounds, request.n_batches
         samples: list[tuple[list[float], list[float]]] = [([], []) for _ in compiled]
         for r in range(rounds):
             order = list(range(len(compiled)))
@@ -174,7 +174,7 @@ class TrialRunner:
                 b, c, _ = self._time_batches(compiled[k], per_round, shape)
                 samples[k][0].extend(b)
                 samples[k][1].extend(c)
-        return {"timings": [paired_timing(b, c).to_json() for b, c in samples]}
+        return ConfirmResult(tuple(paired_timing(b, c) for b, c in samples))
 
     def mismatches(self, plan: Plan, shape: str | None = None) -> int:
         """How many outputs differ from the reference, over all input sets of ``shape``."""
@@ -183,14 +183,14 @@ class TrialRunner:
         return sum(len(compare_outputs(ref, flatten_outputs(candidate(*args))))
                    for ref, args in zip(at.references, at.args))
 
-    def bisect(self, request: dict[str, Any]) -> dict[str, Any]:
+    def bisect(self, request: BisectRequest) -> BisectResult:
         """The smallest op range that still breaks bitwise equality, found by halving.
 
         Data dump is off under SuperKernel, so re-verifying halves is how a culprit is found.
         First each fused region alone, then halves of the failing region at legal cuts,
         within ``max_runs`` compile+verify runs.
         """
-        plan, budget = Plan.from_json(request["plan"]), int(request["max_runs"])
+        plan, budget = request.plan, request.max_runs
         options = plan.option_dict
         legal = set(self.graph.boundaries)
         runs = 0
@@ -220,24 +220,23 @@ class TrialRunner:
             else:
                 break  # neither half fails alone: the range itself is the smallest
         if found is None:
-            return {"range": None, "runs": runs}
+            return BisectResult(None, runs)
         targets = [op.target for op in self.graph.ops[found[0]:found[1] + 1]]
-        answer = {"range": list(found), "op_types": sorted(set(targets)), "runs": runs}
         by_op = self.backend.kernel_types_by_op(self.kernelless)  # the device's op types (npu: dcci patterns)
-        if by_op is not None:
-            answer["kernel_types"] = sorted({t for t in by_op[found[0]:found[1] + 1] if t is not None})
-        return answer
+        kernel_types = (None if by_op is None
+                        else tuple(sorted({t for t in by_op[found[0]:found[1] + 1] if t is not None})))
+        return BisectResult(found, runs, tuple(sorted(set(targets))), kernel_types)
 
-    def profile(self, plan_json: dict[str, Any] | None) -> dict[str, Any]:
-        """Busy time and gap of the baseline (``None``) or of a plan, kernels named."""
+    def profile(self, request: ProfileRequest) -> ProfileResult:
+        """Busy time and gap of the baseline (plan ``None``) or of a plan, kernels named."""
         args0 = self.args[0]
-        if plan_json is None:
+        if request.plan is None:
             fn = self.reference_fn
         else:
             backend = get_backend(self.config.backend, profile_kernels=True, for_trials=True)
             backend.helper = self.helper  # it compiles some of the profiling build's regions too
-            fn = backend.compile(self.graph, Plan.from_json(plan_json))
-        return self.backend.profile_step(lambda: fn(*args0))
+            fn = backend.compile(self.graph, request.plan)
+        return ProfileResult(self.backend.profile_step(lambda: fn(*args0)))
 
 
 __all__ = ["RunnerConfig", "TrialRunner"]

@@ -12,16 +12,20 @@ import multiprocessing as mp
 import os
 import traceback
 from dataclasses import asdict
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar
 
 from sktune.child_process import die_with_parent
 from sktune.errors import SktuneError
 from sktune.space.plan import Plan
-from sktune.tuning.protocol import MalformedResult, TimingUpdate, TrialRequest, TrialResult, WorkerFailure
+from sktune.tuning.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, MalformedResult,
+                                    ProfileRequest, ProfileResult, TimingUpdate, TrialRequest, TrialResult,
+                                    WorkerFailure)
 from sktune.tuning.workload import Workload
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, parent_pid: int | None = None) -> None:
@@ -60,7 +64,9 @@ def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, pare
             handler = {
                 "run": lambda p: runner.run(TrialRequest.from_json(p)).to_json(),
                 "more": lambda p: runner.more(int(p["n_batches"])).to_json(),
-                "confirm": runner.confirm, "profile": runner.profile, "bisect": runner.bisect,
+                "confirm": lambda p: runner.confirm(ConfirmRequest.from_json(p)).to_json(),
+                "profile": lambda p: runner.profile(ProfileRequest.from_json(p)).to_json(),
+                "bisect": lambda p: runner.bisect(BisectRequest.from_json(p)).to_json(),
             }[command]
             conn.send(("ok", handler(payload)))
         except Exception as exc:
@@ -140,25 +146,30 @@ class SupervisedWorker:
 
     # -- the TrialWorker protocol (typed; JSON stays on the pipe) ----------------------
     def run(self, request: TrialRequest, timeout: float) -> TrialResult | WorkerFailure:
-        answer = self.request("run", request.to_json(), timeout)
-        if isinstance(answer, WorkerFailure):
-            return answer
-        try:
-            return TrialResult.from_json(answer)
-        except MalformedResult as exc:  # a worker that answers nonsense is as broken as one that crashes
-            return WorkerFailure("error", str(exc))
+        return self._typed("run", request.to_json(), timeout, TrialResult.from_json)
 
     def more(self, n_batches: int, timeout: float) -> TimingUpdate | WorkerFailure:
-        answer = self.request("more", {"n_batches": n_batches}, timeout)
+        return self._typed("more", {"n_batches": n_batches}, timeout, TimingUpdate.from_json)
+
+    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> BisectResult | WorkerFailure:
+        return self._typed("bisect", BisectRequest(plan, max_runs).to_json(), timeout, BisectResult.from_json)
+
+    def confirm(self, request: ConfirmRequest, timeout: float) -> ConfirmResult | WorkerFailure:
+        return self._typed("confirm", request.to_json(), timeout, ConfirmResult.from_json)
+
+    def profile(self, request: ProfileRequest, timeout: float) -> ProfileResult | WorkerFailure:
+        return self._typed("profile", request.to_json(), timeout, ProfileResult.from_json)
+
+    def _typed(self, command: str, payload: dict[str, Any], timeout: float,
+               parse: Callable[[Any], T]) -> T | WorkerFailure:
+        """One request; its answer parsed, or a failure (a malformed answer is one too)."""
+        answer = self.request(command, payload, timeout)
         if isinstance(answer, WorkerFailure):
             return answer
         try:
-            return TimingUpdate.from_json(answer)
-        except MalformedResult as exc:
+            return parse(answer)
+        except MalformedResult as exc:  # a worker that answers nonsense is as broken as one that crashes
             return WorkerFailure("error", str(exc))
-
-    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> dict[str, Any] | WorkerFailure:
-        return self.request("bisect", {"plan": plan.to_json(), "max_runs": max_runs}, timeout)
 
     def request(self, command: str, payload: Any, timeout: float) -> Any:
         """Send one request; its JSON answer, or a WorkerFailure after which the worker is fresh."""

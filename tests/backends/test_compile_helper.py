@@ -14,7 +14,7 @@ import pytest
 from sktune.backends.compile_helper import REGION_FIXED_OPS, helper_share
 from sktune.space.plan import Plan, Scope
 from sktune.tuning.probe import isolating_span
-from sktune.tuning.protocol import TrialRequest
+from sktune.tuning.protocol import ProfileRequest, TrialRequest
 from sktune.tuning.runner import RunnerConfig, TrialRunner
 from sktune.verify import compare_outputs, flatten_outputs
 
@@ -74,7 +74,7 @@ def test_helper_compiles_the_fuse_all_yardstick_at_start_up_and_helps_the_profil
     plan = _op_by_op(runner, {})
     runner.run(TrialRequest(plan))
     before = helper.delivered
-    profile = runner.profile(plan.to_json())
+    profile = runner.profile(ProfileRequest(plan)).profile
     assert helper.delivered > before
     assert profile["busy_us"] > 0 and any("cpp_fused" in k["name"] for k in profile["top_kernels"])
 

@@ -109,13 +109,15 @@ def test_unfused_plan_is_the_reference(setup) -> None:
 
 
 def test_bisect_names_the_inexact_op() -> None:
+    from sktune.tuning.protocol import BisectRequest
     from sktune.tuning.runner import RunnerConfig, TrialRunner
 
     runner = TrialRunner(RunnerConfig(str(Path(__file__).parent.parent / "models" / "tiny_norm.py"), input_sets=2))
     n = len(runner.graph.ops)
-    found = runner.bisect({"plan": Plan.make([Scope(0, n - 1, "all")]).to_json(), "max_runs": 8})
-    first, last = found["range"]
-    assert found["runs"] <= 8 and last - first <= 2
-    assert found["op_types"] and set(found["op_types"]) & {"mean", "softmax"}
+    found = runner.bisect(BisectRequest(Plan.make([Scope(0, n - 1, "all")]), 8))
+    assert found.range is not None
+    first, last = found.range
+    assert found.runs <= 8 and last - first <= 2
+    assert found.op_types and set(found.op_types) & {"mean", "softmax"}
     exact = Plan.make([Scope(0, n - 1, "all")], {"fallback_ops": ["mean", "softmax"]})
-    assert runner.bisect({"plan": exact.to_json(), "max_runs": 4})["range"] is None
+    assert runner.bisect(BisectRequest(exact, 4)).range is None

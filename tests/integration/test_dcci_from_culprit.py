@@ -24,7 +24,8 @@ from sktune.space.search_space import SearchSpace
 from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT
 from sktune.tuning.resume import StartingQueue
 from sktune.tuning.objective import ObjectiveRules, make_objective
-from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult, WorkerFailure
+from sktune.tuning.protocol import (BisectRequest, BisectResult, TimingUpdate, TrialRequest, TrialResult,
+                                    WorkerFailure)
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
 from sktune.tuning.runner import RunnerConfig, TrialRunner
 from sktune.tuning.space_setup import space_from_workload
@@ -44,8 +45,8 @@ class InProcessWorker:
     def more(self, n_batches: int, timeout: float) -> TimingUpdate | WorkerFailure:
         return self.runner.more(n_batches)
 
-    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> dict[str, Any] | WorkerFailure:
-        return self.runner.bisect({"plan": plan.to_json(), "max_runs": max_runs})
+    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> BisectResult | WorkerFailure:
+        return self.runner.bisect(BisectRequest(plan, max_runs))
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,12 @@ from sktune.capabilities import Capabilities
 from sktune.space.ascend_anchors import superkernel_anchors
 from sktune.space.search_space import SearchSpace, build_space
 from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT, enqueue_dcci_seed, not_worth_it
+from sktune.tuning.protocol import BisectResult
 from sktune.tuning.records import TrialAttr
 
 TARGETS = ["mul", "index_select", "add", "linear", "gather", "add"]
 MODULES = ["layers.0.norm", "layers.0.mlp", "layers.0.mlp", "layers.1.mlp", "layers.1.mlp", ""]
-FOUND = {"range": [1, 2], "kernel_types": ["GatherV2", "Add"]}
+FOUND = BisectResult((1, 2), 3, ("gather", "add"), ("GatherV2", "Add"))
 WAITING = optuna.trial.TrialState.WAITING
 
 
@@ -67,7 +68,8 @@ def test_the_first_mismatch_queues_its_repair_with_the_ratio_it_came_from(space:
     first = run(study, space, whole(space, "none"), 0.30, 3)
     (repair,) = repairs(study)
     assert repair.state == WAITING and repair.system_attrs["fixed_params"]["dcci_strategy"] == "only:GatherV2"
-    assert repair.user_attrs[TrialAttr.SEEDED_FROM] == {**FOUND, "trial": first.number, "ratio": 0.30}
+    assert repair.user_attrs[TrialAttr.SEEDED_FROM] == {"range": [1, 2], "kernel_types": ["GatherV2", "Add"],
+                                                        "trial": first.number, "ratio": 0.30}
 
 
 def test_a_slower_mismatch_queues_nothing_while_a_faster_ones_repair_waits_or_is_exact(space: SearchSpace) -> None:

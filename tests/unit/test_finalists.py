@@ -16,6 +16,7 @@ from sktune.measure.stats import PairedTiming
 from sktune.report import data
 from sktune.report.export import export_json, export_python
 from sktune.tuning.finalists import confirm_finalists, finalist_verdict
+from sktune.tuning.protocol import ConfirmRequest, ConfirmResult
 from sktune.tuning.records import best_record
 from sktune.tuning.summary import summary
 from tests.report_fixtures import _plan
@@ -62,10 +63,11 @@ class FakeWorker:
     def __init__(self, by_plan: list[tuple[dict, dict]]) -> None:
         self.by_plan, self.rounds = by_plan, []
 
-    def request(self, command: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
-        assert command == "confirm"
-        self.rounds.append(payload)
-        return {"timings": [next(t for p, t in self.by_plan if p == plan) for plan in payload["plans"]]}
+    def confirm(self, request: ConfirmRequest, timeout: float) -> ConfirmResult:
+        self.rounds.append(request.to_json())
+        plans = [plan.to_json() for plan in request.plans]
+        return ConfirmResult(tuple(PairedTiming.from_json(next(t for p, t in self.by_plan if p == plan))
+                                   for plan in plans))
 
 
 def run_round(study: optuna.Study, cut_ci: tuple[float, float], shapes: bool = False) -> FakeWorker:

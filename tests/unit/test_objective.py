@@ -17,7 +17,7 @@ from sktune.space.search_space import SearchSpace, build_space
 from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
-from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult, WorkerFailure
+from sktune.tuning.protocol import BisectResult, TimingUpdate, TrialRequest, TrialResult, WorkerFailure
 from sktune.tuning.records import TrialAttr, is_feasible
 
 TARGETS = ["pow", "mean", "add", "mul"]
@@ -54,9 +54,9 @@ class ScriptedWorker:
         ratio = self.more_ratio if self.more_ratio is not None else self.last.timing.ratio
         return TimingUpdate(timing(ratio), 0.2)
 
-    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> dict[str, Any] | WorkerFailure:
+    def bisect(self, plan: Plan, max_runs: int, timeout: float) -> BisectResult | WorkerFailure:
         self.calls.append(("bisect", max_runs))
-        return {"range": [1, 1], "op_types": ["mean"], "runs": max_runs}
+        return BisectResult((1, 1), max_runs, ("mean",))
 
 
 @pytest.fixture

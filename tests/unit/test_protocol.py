@@ -11,7 +11,8 @@ from sktune.backends.inductor import InductorBackend
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.measure.stats import PairedTiming
 from sktune.space.plan import Plan, Scope
-from sktune.tuning.protocol import MalformedResult, TimingUpdate, TrialRequest, TrialResult
+from sktune.tuning.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, MalformedResult,
+                                    ProfileRequest, ProfileResult, TimingUpdate, TrialRequest, TrialResult)
 
 
 def test_trial_request_and_result_round_trip_through_json() -> None:
@@ -22,6 +23,23 @@ def test_trial_request_and_result_round_trip_through_json() -> None:
     assert TrialResult.from_json(json.loads(json.dumps(result.to_json()))) == result
     update = TimingUpdate(PairedTiming(2e-3, 1e-3, 0.5, (0.4, 0.6), 20), 0.3)
     assert TimingUpdate.from_json(json.loads(json.dumps(update.to_json()))) == update
+
+
+def test_side_commands_round_trip_and_keep_their_stored_keys() -> None:
+    plan = Plan.make([Scope(0, 3, "sk0")])
+    for record in (ConfirmRequest((plan, Plan.make([])), "wide"), BisectRequest(plan, 8), ProfileRequest(None),
+                   ProfileRequest(plan), ConfirmResult((PairedTiming(2e-3, 1e-3, 0.5, (0.4, 0.6), 10),)),
+                   ProfileResult({"step_us": 10.0, "busy_us": 8.0, "gap_us": 2.0, "steps": 5})):
+        assert type(record).from_json(json.loads(json.dumps(record.to_json()))) == record
+    # A bisection is stored as the trial's smallest_failing_range: the keys studies have always had.
+    assert BisectResult(None, 3).to_json() == {"range": None, "runs": 3}
+    found = BisectResult((2, 4), 5, ("mean",), ("GatherV2",))
+    assert found.to_json() == {"range": [2, 4], "op_types": ["mean"], "runs": 5, "kernel_types": ["GatherV2"]}
+    assert "kernel_types" not in BisectResult((2, 4), 5, ("mean",)).to_json()
+    assert BisectResult.from_json(found.to_json()) == found
+    for parse in (ConfirmResult.from_json, BisectResult.from_json, ProfileResult.from_json):
+        with pytest.raises(MalformedResult):
+            parse({"garbage": True})
 
 
 @pytest.mark.parametrize("answer", [{"garbage": True}, None, [1, 2]])
