@@ -3,8 +3,10 @@ exact forms makes it so, and what each form costs (issue 13's per-op table).
 
     python benchmarks/exact_forms.py
     python benchmarks/exact_forms.py --shape 1,32,128 --shape 3,37 --op softmax --op silu
+    python benchmarks/exact_forms.py --odd --op sigmoid   # also at odd last dims (issue 26)
 
-Each op runs alone in a one-op model, captured and compiled by sktune's own inductor
+Each op runs alone in a one-op model (the op timed is the model's last; ``matmul_row``
+slices its query row first), captured and compiled by sktune's own inductor
 backend (one region), in three forms:
 ``fused`` (Inductor as it is), ``exact options`` (the options sktune tries when a fused op
 differs: ``eager_order`` and no pattern matcher) and ``fallback`` (the op's ATen kernel
@@ -48,7 +50,20 @@ OPS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], bool]] = {
     "rsqrt": (torch.rsqrt, True),
     "pow_2": (lambda x: x.pow(2), False),
     "pow_0.5": (lambda x: x.pow(0.5), True),
+    "pow_3": (lambda x: x.pow(3), False),
+    "pow_-0.5": (lambda x: x.pow(-0.5), True),
+    "pow_1.5": (lambda x: x.pow(1.5), True),
+    "sqrt": (torch.sqrt, True),
+    # A decode step's attention scores: one query row against every row (bmm with M = 1 at
+    # 3+ dims, mm at 2); and the same product with every row as a query.
+    "matmul_row": (lambda x: torch.matmul(x[..., :1, :], x.transpose(-2, -1)), False),
+    "matmul": (lambda x: torch.matmul(x, x.transpose(-2, -1)), False),
 }
+
+
+# Beside the powers of two: odd last dims (ATen's scalar tail, rows shorter than a
+# vector) and a decode-step width.
+ODD_SHAPES = [(4, 15), (4, 17), (4, 33), (4, 100), (4, 127), (8, 1, 256), (4, 1, 33, 32)]
 
 
 class _OneOp(torch.nn.Module):
@@ -75,6 +90,7 @@ def _forms(op_type: str, exact_options: dict[str, object], fallbacks: set[str]) 
 @app.command()
 def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separated (repeatable); the first is timed.")] = ["1,32,128", "3,37", "2,7,19"],  # noqa: B006
          op: Annotated[list[str], typer.Option(help="Only these ops (repeatable); default: all.")] = [],  # noqa: B006
+         odd: Annotated[bool, typer.Option(help="Add last dims 15, 17, 33, 100, 127 (rows of 4) and (8,1,256).")] = False,
          seeds: int = 3, n_batches: int = 20) -> None:
     """Print, per op and form: bitwise on every seed and shape (max ULP otherwise), µs per call."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="sktune-exact-forms-"))
@@ -91,6 +107,8 @@ def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separ
     if unknown:
         raise typer.BadParameter(f"unknown op(s) {unknown}; known: {sorted(OPS)}", param_hint="--op")
     shapes = [tuple(int(d) for d in s.split(",")) for s in shape]
+    if odd:
+        shapes += [s for s in ODD_SHAPES if s not in shapes]
     backend = get_backend("inductor", for_trials=True)
     print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, shapes {shapes} "
           f"(µs at {shapes[0]}), {seeds} seeds, 1 thread")
@@ -103,7 +121,7 @@ def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separ
         for k, sizes in enumerate(shapes):
             model = _OneOp(fn)
             graph = capture(model, _inputs(sizes, 0, positive))
-            op_type = graph.ops[0].target
+            op_type = graph.ops[-1].target
             eager = backend.reference(graph)
             exact = backend.capabilities(graph).exact_options
             for form, options in _forms(op_type, exact, set(FALLBACK_ATEN)).items():

@@ -1,4 +1,4 @@
-"""Exact forms that still fuse: sum, mean and softmax over the last dim computed in eager's order.
+"""Exact forms that still fuse: sum, mean, softmax, log_softmax and pow computed in eager's order.
 
 Why fused reductions differ from eager on CPU (docs/measured.md "Exact forms"):
 - sum / mean: ATen sums a contiguous last dim with a cascade (SumKernel's
@@ -8,6 +8,15 @@ Why fused reductions differ from eager on CPU (docs/measured.md "Exact forms"):
   and reduces it as a tree. Same numbers, other order, other rounding.
 - softmax: ATen's ``_vec_softmax_lastdim`` multiplies by the reciprocal of the sum;
   Inductor's decomposition divides by the sum (1 ULP apart).
+- softmax / log_softmax over fewer elements than a vector holds: ATen's
+  ``vec::reduce_all`` / ``map_reduce_all`` (ATen/cpu/vec/functional_base.h) add the lanes
+  of the partial vector one after the other (``vec_reduce_all(fun, acc, size)``);
+  Inductor adds a masked full vector as a tree. From one whole vector up both use the
+  same tree (``vec_reduce_all``), so only the short rows are written out.
+- pow: ATen's ``pow_tensor_scalar_kernel`` sends exponent 0.5 to ``sqrt_kernel`` (MKL's
+  ``vsSqrt``), Inductor lowers it to a vector ``sqrt`` of its own (1 ULP apart), and any
+  other non-integer exponent to Sleef's ``pow``. Exponents 2 and 3 are products on both
+  sides; every other exponent runs as ATen's kernel inside the region.
 
 Here each is written out as a decomposition in eager's order, so Inductor generates
 fused code with eager's rounding. They depend on how this machine's ATen was built; the
@@ -124,27 +133,68 @@ def _mean(x: torch.Tensor, dim: Any = None, keepdim: bool = False, dtype: Any = 
     return mean if keepdim else mean.squeeze(-1)
 
 
+def vector_lanes() -> int | None:
+    """Floats in one ``Vectorized<float>`` of the kernels ATen runs on this CPU, if Inductor's
+    generated code uses vectors as wide (it follows ``ATEN_CPU_CAPABILITY`` too); else None:
+    the orders below then do not hold and the op runs as ATen's own kernel."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    lanes = {"AVX512": 16, "AVX2": 8}.get(torch.backends.cpu.get_cpu_capability())
+    isa = pick_vec_isa()
+    return lanes if isa and isa.nelements(torch.float32) == lanes else None
+
+
+def _softmax_sum(e: torch.Tensor, d: int, lanes: int) -> torch.Tensor:
+    """The sum (keepdim) of ATen's softmax kernels (``vec::reduce_all``): a row shorter
+    than a vector adds its lanes in order; a longer one uses Inductor's own tree, which
+    is ATen's (prims.sum: the sum rewrite must not reach it)."""
+    n = e.shape[d]
+    if n >= lanes:
+        return torch.ops.prims.sum(e, [d]).unsqueeze(d)
+    total = e[..., :1]  # d is the last dim
+    for i in range(1, n):
+        total = total + e[..., i:i + 1]
+    return total
+
+
 def _softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> Any:
-    if x.dtype != torch.float32 or half_to_float or dim % x.dim() != x.dim() - 1:
+    lanes = vector_lanes()
+    if x.dtype != torch.float32 or half_to_float or dim % x.dim() != x.dim() - 1 or lanes is None:
         return NotImplemented
     d = dim % x.dim()
-    # prims.*: the exp and the sum inside softmax stay Inductor's own (ATen's softmax
-    # kernel adds up its vector the way Inductor does), whatever the sum rewrite does.
+    # prims.exp: Inductor's own exp (Sleef, as ATen's vector exp), whatever else is rewritten.
     e = torch.ops.prims.exp(x - torch.amax(x, d, keepdim=True))
-    return e * torch.reciprocal(torch.ops.prims.sum(e, [d]).unsqueeze(d))
+    return e * torch.reciprocal(_softmax_sum(e, d, lanes))
 
 
 def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> Any:
-    if x.dtype != torch.float32 or half_to_float or dim % x.dim() != x.dim() - 1 or not x.is_contiguous():
+    lanes = vector_lanes()
+    if (x.dtype != torch.float32 or half_to_float or dim % x.dim() != x.dim() - 1 or not x.is_contiguous()
+            or lanes is None):
         return NotImplemented
     d = dim % x.dim()
-    # Inductor's own decomposition, written with prims.sum: ATen's log_softmax kernel adds
-    # up its vector the way Inductor does (fused log_softmax is bitwise), but its default
-    # decomposition calls aten.sum, which the sum rewrite above would reach (1 ULP off,
-    # benchmarks/exact_forms.py).
+    # Inductor's own decomposition with the sum of ATen's kernel: its default decomposition
+    # calls aten.sum, which the sum rewrite above would reach (1 ULP off,
+    # benchmarks/exact_forms.py), and short rows add up in order.
     shifted = x - torch.amax(x, d, keepdim=True)
-    total = torch.ops.prims.sum(torch.ops.prims.exp(shifted), [d]).unsqueeze(d)
-    return shifted - torch.ops.prims.log(total)
+    return shifted - torch.ops.prims.log(_softmax_sum(torch.ops.prims.exp(shifted), d, lanes))
+
+
+def _pow_lowering(lowerings: dict[Any, Any]) -> Callable[..., Any]:
+    """pow(tensor, scalar) in fp32: ATen's ``pow_tensor_scalar_optimized_kernel`` computes
+    exponents 2 and 3 as ``x * x`` and ``x * x * x``, as Inductor's own lowering does; any
+    other exponent runs as ATen's kernel inside the region. Other dtypes keep Inductor's."""
+    from torch._inductor.lowering import fallback_handler
+
+    own = lowerings[aten.pow.Tensor_Scalar]
+    fallback = fallback_handler(aten.pow.Tensor_Scalar, add_to_fallback_set=False)
+
+    def lower(x: Any, exponent: Any) -> Any:
+        if x.get_dtype() == torch.float32 and (isinstance(exponent, bool) or exponent not in (2, 3)):
+            return fallback(x, exponent)
+        return own(x, exponent)
+
+    return lower
 
 
 # Op type (as in the op list) → the ATen overload rewritten, and its eager-order form.
@@ -155,10 +205,17 @@ EAGER_ORDER: dict[str, tuple[Any, Callable[..., Any]]] = {
     "log_softmax": (aten._log_softmax.default, _log_softmax),  # shields its sum from the rewrite
 }
 
+# Op type → the ATen overload whose lowering is replaced, and a factory of the new lowering
+# (given Inductor's lowering table): where a decomposition cannot say "Inductor's own".
+EAGER_LOWERING: dict[str, tuple[Any, Callable[[dict[Any, Any]], Callable[..., Any]]]] = {
+    "pow": (aten.pow.Tensor_Scalar, _pow_lowering),
+}
+EAGER_ORDER_TYPES = (*EAGER_ORDER, *EAGER_LOWERING)
+
 
 @contextlib.contextmanager
 def eager_order_installed(op_types: tuple[str, ...]) -> Iterator[None]:
-    """Compile ``op_types`` (keys of ``EAGER_ORDER``) in eager's order for one compile.
+    """Compile ``op_types`` (``EAGER_ORDER_TYPES``) in eager's order for one compile.
 
     An instance the rewrite does not cover (another dim, a strided input, too long) runs
     as ATen's own kernel inside the region (a fallback lowering), never as Inductor's
@@ -169,6 +226,10 @@ def eager_order_installed(op_types: tuple[str, ...]) -> Iterator[None]:
 
     with tables_restored() as tables:
         for op_type in op_types:
+            if op_type in EAGER_LOWERING:
+                overload, make = EAGER_LOWERING[op_type]
+                lowering.lowerings[overload] = make(lowering.lowerings)
+                continue
             overload, form = EAGER_ORDER[op_type]
             for table in tables:
                 table[overload] = form

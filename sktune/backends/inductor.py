@@ -17,8 +17,14 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from sktune.backends._base import Backend, CompiledModel, ExportSnippet
 from sktune.backends.compile_helper import CompileHelper, helper_share
-from sktune.backends.eager_order import EAGER_ORDER, eager_order_installed
-from sktune.backends.inductor_tables import FALLBACK_ATEN, FallbackKey, cacheable, fallbacks_installed
+from sktune.backends.eager_order import EAGER_ORDER_TYPES, eager_order_installed
+from sktune.backends.inductor_tables import (
+    FALLBACK_ATEN,
+    SIZE_DEPENDENT,
+    FallbackKey,
+    cacheable,
+    fallbacks_installed,
+)
 from sktune.backends.region_cache import RegionCache, region_key
 from sktune.capabilities import OptionSpec
 from sktune.graph.cut_regions import Cut, cut_regions, lift
@@ -31,8 +37,8 @@ from sktune.space.plan import Plan, check_plan
 aten = torch.ops.aten
 
 # Measured on CPU (docs/measured.md, "Which fused ops are bitwise on CPU"): fused
-# versions of these differ from eager by 1-5 ULP.
-UNSAFE_OP_TYPES = frozenset(FALLBACK_ATEN)
+# versions of these differ from eager by 1-5 ULP (matmul only at some sizes: the probe's).
+UNSAFE_OP_TYPES = frozenset(FALLBACK_ATEN) - SIZE_DEPENDENT
 
 # Lowered to extern kernels (BLAS, oneDNN) on CPU: Inductor fuses nothing into them by
 # default, so a region edge next to one costs a call but splits no generated kernel.
@@ -40,7 +46,7 @@ EXTERN_OP_TYPES = frozenset({"linear", "matmul", "mm", "bmm", "addmm", "baddbmm"
 
 FALLBACK_OPTION = "fallback_ops"
 STITCH_OPTION = "stitch_units"  # a plan option of the backend, not an Inductor config key
-EAGER_ORDER_OPTION = "eager_order"  # idem: sum/mean/softmax decomposed in eager's order
+EAGER_ORDER_OPTION = "eager_order"  # idem: sum/mean/softmax/pow in eager's order (eager_order.py)
 PLAN_ONLY_OPTIONS = (FALLBACK_OPTION, STITCH_OPTION, EAGER_ORDER_OPTION)
 OPTIONS = (
     OptionSpec("emulate_precision_casts", (False, True), False, True,
@@ -258,7 +264,7 @@ def _eager_order_ops(options: dict[str, Any], fallbacks: tuple[str, ...]) -> tup
     """Op types to compile in eager's order: all that can be, unless the plan falls back on them."""
     if not options.get(EAGER_ORDER_OPTION):
         return ()
-    return tuple(t for t in EAGER_ORDER if t not in fallbacks)
+    return tuple(t for t in EAGER_ORDER_TYPES if t not in fallbacks)
 
 
 _UNIT_STARTS: "weakref.WeakKeyDictionary[fx.GraphModule, tuple[int, ...]]" = weakref.WeakKeyDictionary()

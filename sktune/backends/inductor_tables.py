@@ -34,7 +34,24 @@ FALLBACK_ATEN: dict[str, tuple[str, ...]] = {
     "sum": ("sum",),
     "var": ("var",),
     "layer_norm": ("native_layer_norm",),
+    "sqrt": ("sqrt",),  # ATen: MKL's vsSqrt; Inductor: the vector sqrt instruction (1 ULP apart)
+    # ATen computes the last numel % (2 x lanes) elements with the scalar formula (Loops.h,
+    # vectorized_loop); Inductor computes them as a masked vector.
+    "sigmoid": ("sigmoid",),
+    "silu": ("silu",),
+    # matmul reaches Inductor as bmm (3+ dims) or mm. On CPU a bmm with one row or one
+    # column (a decode step's attention) is lowered to a multiply and Inductor's own sum
+    # (kernel/bmm.py, tuned_bmm), an mm with one row and one column likewise
+    # (decomposition.py, mm): the fallback keeps ATen's GEMM, as eager runs it.
+    "matmul": ("bmm", "mm"),
+    "bmm": ("bmm",),
+    "mm": ("mm",),
 }
+
+# Fallbacks for op types that are exact when fused at most sizes (matmul: all but one-row
+# or one-column products; sigmoid, silu: numel a multiple of twice the vector): not unsafe by type; the exactness probe finds the instances
+# that need them.
+SIZE_DEPENDENT = frozenset({"matmul", "bmm", "mm", "sigmoid", "silu"})
 
 
 @contextlib.contextmanager
@@ -74,7 +91,7 @@ class FallbackKey(CustomGraphPass):
         return None
 
     def uuid(self) -> Any:
-        return "sktune-plan-v2|fallbacks:" + ",".join(self.fallbacks) + "|eager-order:" + ",".join(self.eager_order)
+        return "sktune-plan-v3|fallbacks:" + ",".join(self.fallbacks) + "|eager-order:" + ",".join(self.eager_order)
 
 
 @contextlib.contextmanager
