@@ -6,6 +6,7 @@ Regions are compiled with ``compile_fx`` (no Dynamo guards per call) and called 
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -245,11 +246,35 @@ class InductorBackend(Backend):
 
             def compile_region(cut: Cut = cut) -> Any:
                 sub, args = lifted(cut)
-                with fallbacks_installed(fallbacks), eager_order_installed(eager_order), cacheable():
+                with fallbacks_installed(fallbacks), eager_order_installed(eager_order), cacheable(), \
+                        _static_shapes(args):
                     return compile_fx(sub, args, config_patches=patches)
 
             jobs.append(_RegionJob(cut.call, keys[span], compile_region, cut.last - cut.first + 1))
         return gm, jobs
+
+
+@contextlib.contextmanager
+def _static_shapes(args: Sequence[Any]) -> Iterator[None]:
+    """Inside ``cacheable()``: the region's tensor inputs faked with static sizes, as
+    Dynamo fakes them under ``dynamic=False``.
+
+    With a shape environment in the tracing context, AOTAutograd fakes a real input with a
+    symbol per size, duck-sized (every dim of 4 one symbol): the region compiled as a
+    dynamic-shape graph, its loops over symbols and a reduction over 4 values a loop of
+    16-wide masked vector loads. Stage 2 of studies/split_stages.py ran 1.6x eager's time
+    instead of 0.5x (docs/measured.md "Regions compiled for their shapes"). A tensor faked
+    first, statically, in the same mode is in the mode's memo, which AOTAutograd reads
+    before it makes symbols; the memo holds it weakly, so it is kept alive here.
+    """
+    from torch._guards import TracingContext
+
+    mode = TracingContext.get().fake_mode
+    kept = [mode.from_tensor(a, static_shapes=True) for a in args if isinstance(a, torch.Tensor)]
+    try:
+        yield
+    finally:
+        del kept
 
 
 @dataclass(frozen=True)
