@@ -188,21 +188,24 @@ def main(model: Path, workdir: Annotated[Path, typer.Option()] = Path("bench/ski
     data = json.loads(summary.read_text())
     import optuna
 
+    from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, timing_of
+
     study = optuna.load_study(study_name="skill-cmp", storage="sqlite:///skill-cmp.db")
-    measured = [t for t in study.trials if "timing" in t.user_attrs]
-    steps = sum(2 * t.user_attrs["timing"]["n_batches"] for t in measured)
+    timed = [(t, timing_of(t)) for t in study.trials]
+    measured = [t for t, timing in timed if timing is not None]
+    steps = sum(2 * timing.n_batches for _, timing in timed if timing is not None)
     best_ratio = data["best_s"] / data["baseline_s"]
-    first = min((t.number for t in measured if t.constraints.get("bitwise", 1) == 0 and t.value is not None
+    first = min((t.number for t in measured if is_feasible(t) and has_ratio(t)
                  and t.value <= best_ratio * 1.02), default=None)
     reach = next((k + 1 for k, t in enumerate(measured) if t.number == first), None)
     skill_ratio = result["final_us"] / result["baseline_us"]
-    reach_skill = next((k + 1 for k, t in enumerate(measured) if t.constraints.get("bitwise", 1) == 0
-                        and t.value is not None and t.value <= skill_ratio * 1.02), None)
+    reach_skill = next((k + 1 for k, t in enumerate(measured) if is_feasible(t) and has_ratio(t)
+                        and t.value <= skill_ratio * 1.02), None)
     print(f"sktune ({effort}): {len(measured)} device measurements ({steps} profiled steps, baseline steps "
           f"included); best {data['speedup']:.2f}× vs unfused, bitwise verified: {data['verified_bitwise']}; "
           f"within 2 % of its best after {reach} measurements; an exact plan within 2 % of the skill's final "
           f"time (or faster) after {reach_skill if reach_skill else 'never (in this run)'} measurements")
-    compiled = [t for t in study.trials if t.user_attrs.get("static_compile")]
+    compiled = [t for t in study.trials if t.user_attrs.get(TrialAttr.STATIC_COMPILE)]
     host = data.get("estimated_host_time") or {}
     if host:
         print(f"sktune: {len(compiled)} compiles; estimated host time (emulated) {_minutes(host['with_cache_s'])} "
@@ -216,9 +219,11 @@ def _minutes(seconds: float) -> str:
 
 
 def _states(study: Any) -> dict[str, int]:
+    from sktune.tuning.records import skipped
+
     counts: dict[str, int] = {}
     for t in study.trials:
-        key = "SKIPPED" if "skipped" in t.user_attrs else t.state.name
+        key = "SKIPPED" if skipped(t) else t.state.name
         counts[key] = counts.get(key, 0) + 1
     return counts
 

@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from sktune.tuning.records import TrialAttr, TrialRecord, has_ratio, is_feasible, records
+from sktune.tuning.records import TrialAttr, TrialRecord, feasible_trials, has_ratio, is_feasible, records
 
 FINISHED = ("COMPLETE", "FAIL", "PRUNED")
 _FAILURE_KINDS = ("hang", "crash", "error")
@@ -44,11 +44,6 @@ def history(study: optuna.Study) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["number", "state", "status", "anchor", "ratio", "best_so_far", "failure"])
 
 
-def _feasible_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if is_feasible(t) and has_ratio(t)]
-
-
 def importances(study: optuna.Study, min_trials: int = 4) -> tuple[pd.DataFrame, str | None]:
     """Optuna's PED-ANOVA parameter importances over the complete bitwise-exact trials.
 
@@ -59,7 +54,7 @@ def importances(study: optuna.Study, min_trials: int = 4) -> tuple[pd.DataFrame,
     few trials or no parameter varies.
     """
     empty = pd.DataFrame(columns=["param", "importance"])
-    trials = _feasible_trials(study)
+    trials = feasible_trials(study)
     if len(trials) < min_trials:
         return empty, (f"only {len(trials)} complete bitwise-exact trial(s): importances need at least "
                        f"{min_trials}; run more trials")
@@ -113,15 +108,14 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
     for t in study.get_trials(deepcopy=False):
         if t.state.name not in FINISHED:
             continue
-        timing = t.user_attrs.get(TrialAttr.TIMING) or {}
-        lo, hi = timing.get("ratio_ci") or (None, None)
+        r = TrialRecord.of(t)
+        lo, hi = r.ratio_ci or (None, None)
         complete = t.state == optuna.trial.TrialState.COMPLETE
-        exact = is_feasible(t)
         rows.append({"number": t.number, "state": t.state.name, "anchor": t.user_attrs.get(TrialAttr.ANCHOR, ""),
-                     "step_s": timing.get("candidate_s"), "baseline_s": timing.get("baseline_s"),
-                     "ratio": timing.get("ratio"), "ratio_lo": lo, "ratio_hi": hi,
-                     "bitwise": ("yes" if exact else "no") if complete else "",
-                     "reason": TrialRecord.of(t).failure or _mismatch_line(t.user_attrs.get(TrialAttr.MISMATCHES) or [])})
+                     "step_s": r.candidate_s, "baseline_s": r.baseline_s,
+                     "ratio": r.ratio, "ratio_lo": lo, "ratio_hi": hi,
+                     "bitwise": ("yes" if r.feasible else "no") if complete else "",
+                     "reason": r.failure or _mismatch_line(t.user_attrs.get(TrialAttr.MISMATCHES) or [])})
     return pd.DataFrame(rows, columns=["number", "state", "anchor", "step_s", "baseline_s", "ratio",
                                        "ratio_lo", "ratio_hi", "bitwise", "reason"])
 

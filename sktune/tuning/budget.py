@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import optuna
 
 from sktune.tuning.records import (StudyAttr, TrialAttr, feasible_ratios, feasible_trials, heaviest_shape_ratio,
-                                   is_feasible, reused, skipped)
+                                   is_feasible, reused, skipped, timing_of)
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,8 @@ class Patience:
         if skipped(trial) or reused(trial) or TrialAttr.ANCHOR in trial.user_attrs:
             return
         before = [r for r in feasible_ratios(study) if r != trial.value] or [1.0]
-        timing = trial.user_attrs.get(TrialAttr.TIMING) or {}
-        if is_feasible(trial) and timing and timing["ratio_ci"][1] < min(min(before), 1.0):
+        timing = timing_of(trial)
+        if is_feasible(trial) and timing is not None and timing.ratio_ci[1] < min(min(before), 1.0):
             self.without_gain = 0
             return
         self.without_gain += 1

@@ -1,5 +1,6 @@
-"""What a study holds, read back: every attribute key, the feasibility rule, and the
-``TrialRecord`` read model that the summary, the report and the export use.
+"""What a study holds, read back: every attribute key, the feasibility rule, the
+``TrialRecord`` read model that the summary, the report and the export use, and stored
+timings read back as ``PairedTiming`` (``stored_timing``, ``timing_of``).
 
 Keys are written and read only through these names; JSON stays at the storage edge.
 """
@@ -13,6 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from sktune.measure.stats import PairedTiming
 from sktune.space.plan import Plan
 from sktune.space.search_space import FUSE_ALL
 
@@ -111,11 +113,21 @@ def feasible_ratios(study: optuna.Study) -> list[float]:
     return [t.value for t in feasible_trials(study)]  # type: ignore[misc]
 
 
+def stored_timing(data: dict[str, Any] | None) -> PairedTiming | None:
+    """A timing as the study stores it (``PairedTiming`` as JSON) read back; None: none stored."""
+    return PairedTiming.from_json(data) if data else None
+
+
+def timing_of(trial: FrozenTrial) -> PairedTiming | None:
+    """The trial's timing (``TrialAttr.TIMING``; the weighted one for several shapes), or None."""
+    return stored_timing(trial.user_attrs.get(TrialAttr.TIMING))
+
+
 def heaviest_shape_ratio(trial: FrozenTrial) -> float:
     """The trial's time ratio at the heaviest shape (its only ratio for a one-shape model)."""
     shapes = trial.user_attrs.get(TrialAttr.SHAPES)
     if shapes:
-        return float(next(iter(shapes.values()))["timing"]["ratio"])
+        return PairedTiming.from_json(next(iter(shapes.values()))["timing"]).ratio
     return float(trial.value)  # type: ignore[arg-type]
 
 
@@ -137,22 +149,32 @@ class TrialRecord:
     number: int
     state: str
     feasible: bool
-    ratio: float | None
-    ratio_ci: tuple[float, float] | None
-    baseline_s: float | None
-    candidate_s: float | None
+    timing: PairedTiming | None  # None: never timed (failed, skipped)
     plan: dict[str, Any] | None
     anchor: str | None
     failure: str | None  # failed, skipped or pruned: why
 
+    @property
+    def ratio(self) -> float | None:
+        return None if self.timing is None else self.timing.ratio
+
+    @property
+    def ratio_ci(self) -> tuple[float, float] | None:
+        return None if self.timing is None else self.timing.ratio_ci
+
+    @property
+    def baseline_s(self) -> float | None:
+        return None if self.timing is None else self.timing.baseline_s
+
+    @property
+    def candidate_s(self) -> float | None:
+        return None if self.timing is None else self.timing.candidate_s
+
     @classmethod
     def of(cls, t: FrozenTrial) -> "TrialRecord":
-        timing = t.user_attrs.get(TrialAttr.TIMING) or {}
         attrs = t.user_attrs
         return cls(
-            number=t.number, state=t.state.name, feasible=is_feasible(t),
-            ratio=timing.get("ratio"), ratio_ci=tuple(timing["ratio_ci"]) if timing else None,
-            baseline_s=timing.get("baseline_s"), candidate_s=timing.get("candidate_s"),
+            number=t.number, state=t.state.name, feasible=is_feasible(t), timing=timing_of(t),
             plan=attrs.get(TrialAttr.PLAN), anchor=attrs.get(TrialAttr.ANCHOR),
             failure=attrs.get(TrialAttr.FAILURE) or attrs.get(TrialAttr.SKIPPED) or attrs.get(TrialAttr.PRUNED),
         )

@@ -8,6 +8,7 @@ from typing import Any
 import optuna
 
 from sktune.graph.grouping import group_ops
+from sktune.measure.stats import PairedTiming
 from sktune.space.plan import Plan
 from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
                                    reused, speedup_interval, speedup_of)
@@ -15,13 +16,14 @@ from sktune.tuning.host_time import effective_options_checked, static_compile_su
 from sktune.tuning.shapes import shapes_summary
 
 
-def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[dict[str, Any], bool, str]:
-    """The re-measurement of ``record`` when one was made for it, else the trial's own."""
+def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[PairedTiming, bool, str]:
+    """The re-measurement of ``record`` when one was made for it, else the trial's own
+    (``record`` has a timing)."""
     confirm = study.user_attrs.get(key)
     if confirm and confirm["trial"] == record.number:
-        return confirm["timing"], bool(confirm["bitwise"]) and record.feasible, "re-measured"
-    trial = study.trials[record.number]
-    return trial.user_attrs[TrialAttr.TIMING], record.feasible, "search"
+        return PairedTiming.from_json(confirm["timing"]), bool(confirm["bitwise"]) and record.feasible, "re-measured"
+    assert record.timing is not None
+    return record.timing, record.feasible, "search"
 
 
 def summary(study: optuna.Study) -> dict[str, Any]:
@@ -65,14 +67,14 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "profile_best": stored_profile(study, StudyAttr.PROFILE_BEST),
         "warm_start": study.user_attrs.get(StudyAttr.WARM_START),  # earlier plans tried first, and their mapping
     }
-    if best is not None and best.plan is not None and best.ratio_ci is not None:
+    if best is not None and best.plan is not None and best.timing is not None:
         plan = Plan.from_json(best.plan)
         timing, bitwise, source = _confirmed(study, StudyAttr.CONFIRM_BEST, best)
         groups = group_ops(n_ops, plan.scopes)
-        lo, hi = timing["ratio_ci"]
+        lo, hi = timing.ratio_ci
         out.update(
-            baseline_s=timing["baseline_s"], best_s=timing["candidate_s"],
-            speedup=timing["baseline_s"] / timing["candidate_s"], speedup_ci=list(speedup_interval((lo, hi))),
+            baseline_s=timing.baseline_s, best_s=timing.candidate_s,
+            speedup=timing.speedup, speedup_ci=list(speedup_interval((lo, hi))),
             # An unfused best runs the baseline itself: any "speedup" is noise by construction.
             significant=hi < 1.0 and bool(groups), best_fuses_nothing=not groups,
             timing_source=source, search_speedup=speedup_of(best.ratio),
@@ -98,13 +100,13 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         out["shapes"] = {}  # tuned for several shapes, but no plan is exact at all of them
     if fuse_all is not None and fuse_all.ratio is not None:
         timing, _, source = _confirmed(study, StudyAttr.CONFIRM_FUSE_ALL, fuse_all)
-        out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing["baseline_s"],
-                           "time_s": timing["candidate_s"], "ratio": timing["ratio"],
-                           "ratio_ci": timing["ratio_ci"], "bitwise": fuse_all.feasible, "timing_source": source}
-        if out["best_s"] is not None and timing["ratio"] < 1 and out["baseline_s"]:
+        out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing.baseline_s,
+                           "time_s": timing.candidate_s, "ratio": timing.ratio,
+                           "ratio_ci": list(timing.ratio_ci), "bitwise": fuse_all.feasible, "timing_source": source}
+        if out["best_s"] is not None and timing.ratio < 1 and out["baseline_s"]:
             # Share of fuse-everything's gain that the best exact plan keeps (ratios: same-run baselines).
             best_ratio = out["best_s"] / out["baseline_s"]
-            out["gain_kept"] = (1 - best_ratio) / (1 - timing["ratio"])
+            out["gain_kept"] = (1 - best_ratio) / (1 - timing.ratio)
     # The best's search ratio: the anchors' ratios are search ratios too (same kind of measurement).
     best_ratio = None if best is None else 1.0 if out["best_fuses_nothing"] else best.ratio
     out["anchors"] = anchor_comparison(study, best_ratio)
@@ -140,8 +142,10 @@ def stored_profile(study: optuna.Study, key: str) -> dict[str, Any] | None:
 def _noise_floor(study: optuna.Study) -> dict[str, Any] | None:
     """The unfused plan's ratio and interval in the finalists' round (tuning/finalists.py)."""
     entry = study.user_attrs.get(StudyAttr.CONFIRM_UNFUSED)
-    return None if not entry else {"trial": entry["trial"], "ratio": entry["timing"]["ratio"],
-                                   "ratio_ci": entry["timing"]["ratio_ci"]}
+    if not entry:
+        return None
+    timing = PairedTiming.from_json(entry["timing"])
+    return {"trial": entry["trial"], "ratio": timing.ratio, "ratio_ci": list(timing.ratio_ci)}
 
 
 def _fuses_nothing(out: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
+from sktune.measure.stats import PairedTiming
 from sktune.tuning.budget import EFFORTS, ClearlyWorsePruner, Patience, TrialBudget
 from sktune.tuning.records import TrialAttr
 from sktune.tuning.settings import TuneSettings
@@ -13,7 +14,7 @@ from sktune.tuning.settings import TuneSettings
 def add_trial(study: optuna.Study, ratio: float, ci: tuple[float, float], exact: bool = True,
               **attrs: object) -> optuna.trial.FrozenTrial:
     trial = optuna.trial.create_trial(
-        value=ratio, user_attrs={"timing": {"ratio": ratio, "ratio_ci": list(ci)}, **attrs},
+        value=ratio, user_attrs={"timing": PairedTiming(1e-3, ratio * 1e-3, ratio, ci, 10).to_json(), **attrs},
         system_attrs={"constraints:bitwise": 0.0 if exact else 3.0},
     )
     study.add_trial(trial)
@@ -62,7 +63,8 @@ def test_patience_stops_after_k_sampled_trials_without_a_significant_gain() -> N
 
     def objective(trial: optuna.Trial) -> float:
         ratio = next(ratios)
-        trial.set_user_attr("timing", {"ratio": ratio, "ratio_ci": [ratio - 0.02, ratio + 0.02]})
+        ci = (ratio - 0.02, ratio + 0.02)
+        trial.set_user_attr("timing", PairedTiming(1e-3, ratio * 1e-3, ratio, ci, 10).to_json())
         trial.set_constraint("bitwise", 0.0)
         return ratio
 
