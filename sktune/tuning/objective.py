@@ -28,7 +28,7 @@ from sktune.space.plan import Plan
 from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.dcci_seed import enqueue_dcci_seed
 from sktune.tuning.protocol import TrialRequest, TrialWorker, WorkerFailure
-from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
+from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr, write_failure, write_result, write_timing
 from sktune.tuning.reuse import MeasuredPlans, take_outcome
 from sktune.tuning.sampler import hopeless_filter
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing
@@ -64,9 +64,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
     chunks, timeout = rules.chunks, rules.trial_timeout
 
     def fail(trial: optuna.Trial, failure: WorkerFailure) -> TrialFailed:
-        trial.set_user_attr(TrialAttr.FAILURE, failure.reason)
-        if failure.trace:
-            trial.set_user_attr(TrialAttr.FAILURE_TRACE, failure.trace[-4000:])
+        write_failure(trial, failure)
         return TrialFailed(failure.reason)
 
     def diagnose(trial: optuna.Trial, plan: Plan) -> None:
@@ -117,12 +115,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             if result.kind == "hang":
                 diagnose(trial, plan)
             raise error
-        trial.set_user_attr(TrialAttr.MISMATCHES, list(result.mismatches))
-        trial.set_user_attr(TrialAttr.GROUPS, [list(g) for g in result.groups])
-        trial.set_user_attr(TrialAttr.REGIONS, [list(r) for r in result.regions])
-        trial.set_user_attr(TrialAttr.COMPILE_S, result.compile_s)
-        trial.set_user_attr(TrialAttr.VERIFY_S, result.verify_s)
-        trial.set_user_attr(TrialAttr.OBSERVED, result.observed)
+        write_result(trial, result)
         note_result(trial, result)
         overhead_s = wall - result.measure_s
         trial.set_user_attr(TrialAttr.OVERHEAD_S, overhead_s)
@@ -135,8 +128,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             trial.report(timing.ratio_ci[0], step=done)
             if not anchor and trial.should_prune():
                 reason = f"pruned: slower than the best exact trial after {done} batch pairs"
-                trial.set_user_attr(TrialAttr.TIMING, timing.to_json())
-                trial.set_user_attr(TrialAttr.MEASURE_S, measure_s)
+                write_timing(trial, timing, measure_s)
                 trial.set_user_attr(TrialAttr.PRUNED, reason)
                 raise optuna.TrialPruned(reason)
             more = worker.more(chunk, timeout)
@@ -166,8 +158,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             trial.set_user_attr(TrialAttr.SHAPES, {n: o.to_json() for n, o in outcomes.items()})
             timing = weighted_timing(outcomes)
             mismatches = sum(o.mismatches for o in outcomes.values())
-        trial.set_user_attr(TrialAttr.TIMING, timing.to_json())
-        trial.set_user_attr(TrialAttr.MEASURE_S, measure_s)
+        write_timing(trial, timing, measure_s)
         trial.set_constraint(BITWISE_CONSTRAINT, float(mismatches))
         if result.mismatches and rules.bisect_runs > 0:
             found = worker.bisect(plan, rules.bisect_runs, timeout)
