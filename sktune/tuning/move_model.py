@@ -2,10 +2,11 @@
 
 Each complete trial is one row: its parameters one-hot (every key of the space, a
 first/last unit's unsuggested keys read from the shared ones), its log time ratio the
-target. A ridge fit on those rows predicts each candidate neighbour's ratio; candidates are
-measured most promising first (issue 24: spend measurements on the most promising of many
-candidates). With few rows the ridge term keeps every weight near zero and the order
-near the seeded random tie-break, so the model cannot do worse than chance by much.
+target. A ridge fit on those rows predicts each candidate neighbour's ratio, and its uncertainty;
+candidates are measured most promising first, by the lower bound (issue 24: spend
+measurements on the most promising of many candidates). With few rows the ridge term
+keeps every weight near zero and the order near the seeded random tie-break, so the model
+cannot do worse than chance by much.
 Inexact trials count too: their time says what a move costs, whatever their exactness.
 """
 
@@ -23,6 +24,11 @@ from sktune.space.plan import Scope
 from sktune.space.search_space import SearchSpace
 
 RIDGE = 1.0  # weight decay of the fit, in units of one trial's squared error
+# Ranked by a lower confidence bound (prediction minus KAPPA standard errors), as a
+# Bayesian linear model would be: with a plain prediction, a cut no trial has set had no
+# weight at all and lost to moves the fit already knew to be mediocre (exact_sum_cut: the
+# winning cut came third; docs/measured.md, "Off-anchor spaces").
+KAPPA = 1.0
 
 
 def observed_ratio(trial: FrozenTrial) -> float | None:
@@ -45,8 +51,11 @@ def rank(space: SearchSpace, candidates: Sequence[Neighbour], trials: Sequence[F
     rows = [(full_params(space, t.params), math.log(r)) for t in trials if t.params and (r := observed_ratio(t))]
     if len(rows) < 2:
         return sorted(order, key=lambda c: c.plan.scopes in seen_layouts)
-    columns = {(k, repr(v)): j for j, (k, v) in enumerate(
-        sorted({(k, repr(v)) for params, _ in rows for k, v in params.items()}))}
+    # One column per (key, value) measured or proposed: a value no trial has measured (a cut
+    # never set) keeps its prior, so its uncertainty shows instead of vanishing.
+    values = {(k, repr(v)) for params, _ in rows for k, v in params.items()}
+    values |= {(k, repr(v)) for c in order for k, v in c.params.items()}
+    columns = {kv: j for j, kv in enumerate(sorted(values))}
 
     def features(params: dict) -> np.ndarray:
         x = np.zeros(len(columns))
@@ -59,8 +68,17 @@ def rank(space: SearchSpace, candidates: Sequence[Neighbour], trials: Sequence[F
     x = np.stack([features(p) for p, _ in rows])
     y = np.array([r for _, r in rows])
     mean = y.mean()
-    weights = np.linalg.solve(x.T @ x + RIDGE * np.eye(len(columns)), x.T @ (y - mean))
-    predicted = {id(c): float(features(c.params) @ weights) for c in order}
+    a_inv = np.linalg.inv(x.T @ x + RIDGE * np.eye(len(columns)))
+    weights = a_inv @ x.T @ (y - mean)
+    residual = y - mean - x @ weights
+    sigma = math.sqrt(max(float(residual @ residual) / max(len(rows) - 1, 1), 1e-4))
+
+    def optimistic(params: dict) -> float:
+        """The fit's prediction minus ``KAPPA`` standard errors: an untried value is worth a look."""
+        f = features(params)
+        return float(f @ weights) - KAPPA * sigma * math.sqrt(float(f @ a_inv @ f))
+
+    predicted = {id(c): optimistic(c.params) for c in order}
     # A region layout never measured comes before one measured with other options: the
     # model knows the latter, and an option alone moves a ratio less than a cut does
     # (docs/measured.md, "A space whose best is no starting point").
