@@ -10,7 +10,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import optuna
 

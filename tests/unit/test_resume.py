@@ -7,7 +7,6 @@ objectives: no compile, no worker."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
