@@ -9,11 +9,12 @@ with one form and much with the other.
 
 Measured with ``benchmarks/search_efficiency.py measure ... --option eager_order
 --max-configs 100`` (52 plans, 41 bitwise; 4x256x256, 1 thread, ratio to the unfused
-graph of the same run; a loaded 2-core machine, so expect ~10 % noise): that cut with the
-sum as a fallback 0.169; no cut, sum as a fallback (the fuse-all+fallbacks anchor) 0.247;
-the cut with ``eager_order`` instead 0.598, and with both forms on 0.206. So the fallback
-pays most with the cut, and the cut pays most with the fallback: the best plan is two
-moves from the anchor that fuses everything without fallbacks, one from the one with them.
+graph of the same run; a loaded 2-core machine, so expect ~10 % noise; regions compiled
+for their shapes): the cut after the first sum's input with the sum as a fallback
+(0-26, 27-51) 0.129, the cut one op earlier 0.169; no cut, sum as a fallback (the
+fuse-all+fallbacks anchor, the best starting point) 0.319; the cut with both forms on
+0.199. So the best plan is one cut away from the anchor with the fallback, and the form
+decides what the cut is worth.
 
 The search benchmark uses it as a space whose best is not a starting point
 (benchmarks/search_efficiency.py).

@@ -1,4 +1,4 @@
-"""Two stages where a cut pays in one and fusing at all costs in the other (fp32).
+"""Two stages where a cut pays in one and not in the other (fp32).
 
 Stage 1 is ``shared_gate``'s: a gate of cheap exact pointwise ops read by three loop nests
 (a max over rows, one over columns, their mix). Fused whole, Inductor inlines the gate
@@ -9,14 +9,12 @@ it once. Stage 2 is a gate, a broadcast that spreads each value over a new last 
 Measured with ``torch.compile`` on the whole model (4x256x256, 1 thread, all bitwise):
 stage 1 fused 1.05 ms, cut 0.47 ms; stage 2 fused 0.29 ms (the 4x larger tensor never
 reaches memory), cut between broadcast and max 4.0 ms, eager 3.7 ms; whole model 1.32 ms.
-Through sktune's own Inductor regions (``compile_fx`` per region) stage 2 behaves
-otherwise: fused 5.6 ms and the max region alone 4.2 ms, against 3.4 ms for the whole
-model unfused (not investigated further). So in sktune's space the cut inside stage 1
-pays and stage 2 pays left eager: the exhaustive table's best (``--option``-less, 34
-plans) fuses stage 1 only, cut between gate and mixer, at 0.90 of the unfused time;
-fuse-all is 1.25. ``max_fusion_size`` and ``aggressive_fusion`` moved no region of it by
-more than 5 % under ``torch.compile``.
-
+sktune's own regions now behave the same (they were compiled with symbolic sizes before:
+docs/measured.md, "Regions compiled for their shapes"). The exhaustive table
+(``--option aggressive_fusion --option max_fusion_size``, 204 plans, all bitwise, a loaded
+2-core machine) has its best at 0.074 of the unfused time: the cut inside stage 1 and one
+region from there to the end (0-25, 26-53) with ``max_fusion_size`` 64; the same cut with 16
+is 0.108, and fuse-all, the best starting point, 0.187.
 The search benchmark uses it as a space whose best is not a starting point
 (benchmarks/search_efficiency.py).
 """
