@@ -12,9 +12,9 @@ Measured with ``benchmarks/search_efficiency.py measure ... --option eager_order
 graph of the same run; a loaded 2-core machine, so expect ~10 % noise; regions compiled
 for their shapes): the cut after the first sum's input with the sum as a fallback
 (0-26, 27-51) 0.129, the cut one op earlier 0.169; no cut, sum as a fallback (the
-fuse-all+fallbacks anchor, the best starting point) 0.319; the cut with both forms on
-0.199. So the best plan is one cut away from the anchor with the fallback, and the form
-decides what the cut is worth.
+fuse-all+fallbacks anchor, the best starting point) 0.319; both forms on, op 26 left
+eager between two regions (0-25, 27-51) 0.199. So the best plan is one cut away from the
+anchor with the fallback.
 
 The search benchmark uses it as a space whose best is not a starting point
 (benchmarks/search_efficiency.py).
