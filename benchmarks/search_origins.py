@@ -18,7 +18,7 @@ from typing import Annotated
 import optuna
 import typer
 
-from sktune.benchlib.origins import SAMPLED, origin_table
+from sktune.benchlib.origins import origin_table, sampled
 
 app = typer.Typer(add_completion=False)
 
@@ -38,10 +38,10 @@ def main(storage: str, study: Annotated[str | None, typer.Option(help="Study nam
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.origin} | {r.trials} | {r.exact} | {r.within} | {'yes' if r.best else ''} |")
-    sampled = [r for r in rows if r.origin in SAMPLED]
-    print(f"sampled (local, TPE, random): {sum(r.trials for r in sampled)} trials, "
-          f"{sum(r.within for r in sampled)} within {tolerance:.0%} of the best, "
-          f"best among them: {any(r.best for r in sampled)}")
+    mine = [r for r in rows if sampled(r.origin)]
+    print(f"sampled (local, TPE, random; with their refinements): {sum(r.trials for r in mine)} trials, "
+          f"{sum(r.within for r in mine)} within {tolerance:.0%} of the best measured, "
+          f"named best among them: {any(r.best for r in mine)}")
 
 
 if __name__ == "__main__":

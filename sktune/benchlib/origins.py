@@ -23,6 +23,11 @@ STARTING_POINT, REFINEMENT, CULPRIT, LOCAL, TPE, RANDOM = (
 SAMPLED = (LOCAL, TPE, RANDOM)
 
 
+def sampled(kind: str) -> bool:
+    """Proposed by the sampler, or the refinement of a plan it proposed."""
+    return kind.removeprefix(f"{REFINEMENT} of ") in SAMPLED
+
+
 def origin(trial: FrozenTrial, by_number: dict[int, FrozenTrial]) -> str:
     """The kind of proposal that put ``trial``'s plan in the study."""
     source = trial.user_attrs.get(TrialAttr.REUSED_FROM)
@@ -30,8 +35,10 @@ def origin(trial: FrozenTrial, by_number: dict[int, FrozenTrial]) -> str:
         return origin(by_number[source], by_number)
     anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
     if anchor is not None:
-        if anchor.startswith(REFINED):
-            return REFINEMENT
+        if anchor.startswith(REFINED):  # the searched best with one costly value: say where that came from
+            base = next((t for t in by_number.values() if t.number < trial.number and t.params == trial.params
+                         and not str(t.user_attrs.get(TrialAttr.ANCHOR, "")).startswith(REFINED)), None)
+            return REFINEMENT if base is None else f"{REFINEMENT} of {origin(base, by_number)}"
         return CULPRIT if anchor == DCCI_FROM_CULPRIT else STARTING_POINT
     proposed = str(trial.user_attrs.get(TrialAttr.PROPOSED, ""))
     if proposed.startswith("local"):
@@ -67,4 +74,4 @@ def origin_table(study: optuna.Study, tolerance: float = 0.02) -> list[OriginRow
     return rows
 
 
-__all__ = ["SAMPLED", "OriginRow", "origin", "origin_table"]
+__all__ = ["SAMPLED", "OriginRow", "origin", "origin_table", "sampled"]

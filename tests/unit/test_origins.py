@@ -7,7 +7,8 @@ from typing import Any
 
 import optuna
 
-from sktune.benchlib.origins import CULPRIT, LOCAL, RANDOM, REFINEMENT, STARTING_POINT, TPE, origin_table
+from sktune.benchlib.origins import (CULPRIT, LOCAL, RANDOM, REFINEMENT, STARTING_POINT, TPE, origin_table,
+                                     sampled)
 from sktune.tuning.records import TrialAttr
 from tests.report_fixtures import _timing
 
@@ -28,7 +29,7 @@ def test_each_exact_trial_is_credited_to_its_proposal() -> None:
         (0.5, False, {TrialAttr.ANCHOR: "fuse-all"}),  # fastest, but inexact: never the best
         (0.70, True, {TrialAttr.PROPOSED: "local: cut 3 moved"}),
         (0.60, True, {TrialAttr.PROPOSED: "tpe"}),
-        (0.61, True, {TrialAttr.ANCHOR: "best+max_fusion_size=16"}),
+        (0.61, True, {TrialAttr.ANCHOR: "best+max_fusion_size=16"}),  # no earlier trial has its params
         (0.80, True, {TrialAttr.PROPOSED: "random"}),
         (0.60, True, {TrialAttr.REUSED_FROM: 3}),  # the TPE trial's plan again
         (0.90, True, {TrialAttr.ANCHOR: "dcci-from-culprit"}),
@@ -40,3 +41,14 @@ def test_each_exact_trial_is_credited_to_its_proposal() -> None:
     assert (rows[STARTING_POINT].trials, rows[STARTING_POINT].exact, rows[STARTING_POINT].within) == (2, 1, 0)
     assert rows[REFINEMENT].within == 1  # 0.61 is within 2 % of 0.60
     assert rows[LOCAL].within == 0 and rows[RANDOM].within == 0 and rows[CULPRIT].within == 0
+
+
+def test_a_refinement_is_credited_to_the_plan_it_refined() -> None:
+    study = _study([(1.0, True, {TrialAttr.ANCHOR: "unfused"}), (0.6, True, {TrialAttr.PROPOSED: "local: cut:0 on"})])
+    dist = {"x": optuna.distributions.IntDistribution(0, 100)}
+    study.add_trial(optuna.trial.create_trial(  # the local plan again, with the C++ wrapper
+        value=0.5, params={"x": 1}, distributions=dist, constraints={"bitwise": 0.0},
+        user_attrs={TrialAttr.PLAN: {"i": 2}, TrialAttr.TIMING: _timing(0.5), TrialAttr.ANCHOR: "best+cpp_wrapper=True"}))
+    rows = {r.origin: r for r in origin_table(study)}
+    assert rows[f"{REFINEMENT} of {LOCAL}"].best and sampled(f"{REFINEMENT} of {LOCAL}")
+    assert not sampled(STARTING_POINT) and not sampled(f"{REFINEMENT} of {STARTING_POINT}")
