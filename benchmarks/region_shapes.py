@@ -1,5 +1,5 @@
 """sktune's Inductor regions compiled with symbolic sizes (as before the fix) and with static
-sizes (``inductor._static_shapes``), against eager and ``torch.compile`` of the whole model,
+sizes (``inductor.static_shapes``), against eager and ``torch.compile`` of the whole model,
 all in one run.
 
 Why: regions compiled as dynamic-shape graphs ran stage 2 of studies/split_stages.py at 1.7x
@@ -69,15 +69,15 @@ def main() -> None:
         "eager (captured graph)": lambda: graph.gm(*args),
         "torch.compile (whole model)": lambda: whole(*inputs),
     }
-    static_shapes = inductor._static_shapes
+    static_shapes = inductor.static_shapes
     for label in ("symbolic", "static"):
-        inductor._static_shapes = static_shapes if label == "static" else lambda a: contextlib.nullcontext()
+        inductor.static_shapes = static_shapes if label == "static" else lambda a: contextlib.nullcontext()
         backend = InductorBackend(for_trials=True)
         for spans in rest:
             fn = backend.compile(graph, plan_of(spans, options))
             mark = " MISMATCH" if compare_outputs(ref, flatten_outputs(fn(*args))) else ""
             candidates[f"{label} {spans}{mark}"] = lambda fn=fn: fn(*args)
-    inductor._static_shapes = static_shapes
+    inductor.static_shapes = static_shapes
     times = interleaved_ms(candidates)
     base = times["eager (captured graph)"]
     print(f"{study}: {len(graph.ops)} ops, options {options}, 1 thread, {ROUNDS} rounds x {CALLS} calls")

@@ -6,7 +6,6 @@ Regions are compiled with ``compile_fx`` (no Dynamo guards per call) and called 
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from sktune.backends.inductor_tables import (
     FallbackKey,
     cacheable,
     fallbacks_installed,
+    static_shapes,
 )
 from sktune.backends.region_cache import RegionCache, region_key
 from sktune.capabilities import OptionSpec
@@ -155,7 +155,8 @@ class InductorBackend(Backend):
         known = {o.name for o in OPTIONS}
         unknown = set(options) - known - {FALLBACK_OPTION}  # the other plan-only options are in OPTIONS
         if unknown:
-            raise ValueError(f"unknown inductor option(s) {sorted(unknown)}; known: {sorted(known | {FALLBACK_OPTION})}")
+            raise ValueError(f"unknown inductor option(s) {sorted(unknown)}; "
+                             f"known: {sorted(known | {FALLBACK_OPTION})}")
         patches = {k: v for k, v in options.items() if k not in PLAN_ONLY_OPTIONS}
         fallbacks = tuple(sorted(options.get(FALLBACK_OPTION, [])))
         patches["post_grad_custom_pre_pass"] = FallbackKey(fallbacks, _eager_order_ops(options, fallbacks))
@@ -247,34 +248,11 @@ class InductorBackend(Backend):
             def compile_region(cut: Cut = cut) -> Any:
                 sub, args = lifted(cut)
                 with fallbacks_installed(fallbacks), eager_order_installed(eager_order), cacheable(), \
-                        _static_shapes(args):
+                        static_shapes(args):
                     return compile_fx(sub, args, config_patches=patches)
 
             jobs.append(_RegionJob(cut.call, keys[span], compile_region, cut.last - cut.first + 1))
         return gm, jobs
-
-
-@contextlib.contextmanager
-def _static_shapes(args: Sequence[Any]) -> Iterator[None]:
-    """Inside ``cacheable()``: the region's tensor inputs faked with static sizes, as
-    Dynamo fakes them under ``dynamic=False``.
-
-    With a shape environment in the tracing context, AOTAutograd fakes a real input with a
-    symbol per size, duck-sized (every dim of 4 one symbol): the region compiled as a
-    dynamic-shape graph, its loops over symbols and a reduction over 4 values a loop of
-    16-wide masked vector loads. Stage 2 of studies/split_stages.py ran 1.6x eager's time
-    instead of 0.5x (docs/measured.md "Regions compiled for their shapes"). A tensor faked
-    first, statically, in the same mode is in the mode's memo, which AOTAutograd reads
-    before it makes symbols; the memo holds it weakly, so it is kept alive here.
-    """
-    from torch._guards import TracingContext
-
-    mode = TracingContext.get().fake_mode
-    kept = [mode.from_tensor(a, static_shapes=True) for a in args if isinstance(a, torch.Tensor)]
-    try:
-        yield
-    finally:
-        del kept
 
 
 @dataclass(frozen=True)

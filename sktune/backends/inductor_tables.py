@@ -10,7 +10,7 @@ next compile exactly as they found it: the backend contract (``backends/_base.py
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -128,3 +128,26 @@ def cacheable() -> Iterator[None]:
 
     with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
         yield
+
+
+@contextlib.contextmanager
+def static_shapes(args: Sequence[Any]) -> Iterator[None]:
+    """Inside ``cacheable()``: the region's tensor inputs faked with static sizes, as
+    Dynamo fakes them under ``dynamic=False``.
+
+    With a shape environment in the tracing context, AOTAutograd fakes a real input with a
+    symbol per size, duck-sized (every dim of 4 one symbol): the region compiled as a
+    dynamic-shape graph, its loops over symbols and a reduction over 4 values a loop of
+    16-wide masked vector loads. Stage 2 of studies/split_stages.py ran 1.6x eager's time
+    instead of 0.5x (docs/measured.md "Regions compiled for their shapes"). A tensor faked
+    first, statically, in the same mode is in the mode's memo, which AOTAutograd reads
+    before it makes symbols; the memo holds it weakly, so it is kept alive here.
+    """
+    from torch._guards import TracingContext
+
+    mode = TracingContext.get().fake_mode
+    kept = [mode.from_tensor(a, static_shapes=True) for a in args if isinstance(a, torch.Tensor)]
+    try:
+        yield
+    finally:
+        del kept

@@ -1,6 +1,6 @@
 """A region compiles for its inputs' own sizes, as torch.compile(dynamic=False) does.
 
-Without ``inductor._static_shapes`` every region compiled as a dynamic-shape graph (the
+Without ``inductor.static_shapes`` every region compiled as a dynamic-shape graph (the
 shape environment ``cacheable()`` needs for the caches made AOTAutograd give each size a
 symbol): studies/split_stages.py's stage 2 ran at 1.6x eager instead of 0.5x
 (docs/measured.md "Regions compiled for their shapes"). One compile, ~10 s cold.
