@@ -13,6 +13,8 @@ from sktune.load import build, draw_inputs, load_model_file
 from sktune.space.plan import Plan, Scope
 from sktune.verify import compare_outputs, flatten_outputs
 
+pytestmark = pytest.mark.exactness  # CI runs these again as an AVX2 and a vector-less CPU (.ci/run)
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):

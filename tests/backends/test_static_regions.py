@@ -17,6 +17,8 @@ from sktune.graph.capture import capture
 from sktune.space.plan import Plan, Scope
 from sktune.verify import compare_outputs, flatten_outputs
 
+pytestmark = pytest.mark.exactness  # CI runs these again as an AVX2 and a vector-less CPU (.ci/run)
+
 SIZE_SYMBOL = re.compile(r"\bk?s\d+\b")  # s26 in the wrapper, ks0 in a kernel's arguments
 
 

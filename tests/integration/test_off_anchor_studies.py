@@ -18,6 +18,8 @@ from sktune.load import build, draw_inputs, load_model_file
 from sktune.space.search_space import build_space
 from sktune.verify import compare_outputs, flatten_outputs
 
+pytestmark = pytest.mark.exactness  # CI runs these again as an AVX2 and a vector-less CPU (.ci/run)
+
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 OFF_ANCHOR = ["shared_gate", "split_stages", "exact_sum_cut"]
 

@@ -23,6 +23,8 @@ from tests.cli.test_cli import sktune as cli
 from tests.integration.test_npu_e2e import emulated_env
 from tests.models.two_widths import WIDTHS
 
+pytestmark = pytest.mark.exactness  # CI runs these again as an AVX2 and a vector-less CPU (.ci/run)
+
 SHAPE_KEYS = {"weight", "baseline_s", "best_s", "speedup", "speedup_ci", "verified_bitwise", "regret"}
 ATEN_FLOATS = {"AVX2": 8, "AVX512": 16}  # floats in one of ATen's float vectors, by its CPU capability
 
