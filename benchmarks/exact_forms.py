@@ -98,7 +98,7 @@ def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separ
     from sktune.backends.inductor import FALLBACK_ATEN
     from sktune.graph.capture import capture
     from sktune.measure.timer import calibrate_calls_per_batch, interleaved_batches
-    from sktune.space.plan import Plan, Scope
+    from sktune.plan import Plan, Scope
     from sktune.verify import compare_outputs, flatten_outputs
 
     torch.set_num_threads(1)

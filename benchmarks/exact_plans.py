@@ -76,7 +76,7 @@ def main(model: Path,
     from sktune.graph.capture import capture
     from sktune.load import build, draw_inputs, load_model_file, shape_weights
     from sktune.measure.timer import calibrate_calls_per_batch, interleaved_batches
-    from sktune.space.plan import Plan, Scope
+    from sktune.plan import Plan, Scope
     from sktune.verify import compare_outputs, flatten_outputs
 
     torch.set_num_threads(1)

@@ -13,7 +13,7 @@ import torch
 
 from sktune.backends.inductor import InductorBackend
 from sktune.graph.capture import capture
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 
 
 class OneAdd(torch.nn.Module):

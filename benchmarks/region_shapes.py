@@ -28,7 +28,7 @@ import torch
 import sktune.backends.inductor as inductor
 from sktune.backends.inductor import InductorBackend
 from sktune.graph.capture import capture
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.verify import compare_outputs, flatten_outputs
 
 ROUNDS, CALLS = 15, 5

@@ -174,7 +174,7 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
     code = (
         "import json, os, statistics, sys, time\n"
         f"os.environ['TORCHINDUCTOR_CACHE_DIR'] = {str(cache_dir)!r}\n"
-        "from sktune.space.plan import Plan\n"
+        "from sktune.plan import Plan\n"
         "from sktune.tuning.protocol import TrialRequest\n"
         "from sktune.tuning.runner import RunnerConfig, TrialRunner\n"
         f"runner = TrialRunner(RunnerConfig(model_path={str(model.resolve())!r}, "

@@ -120,7 +120,7 @@ class SkillProcedure:
         return self.run(params, times)
 
     def _run_disable_all(self, params: dict[str, Any], times: int) -> list[float]:
-        from sktune.space.plan import Plan
+        from sktune.plan import Plan
         from sktune.verify import compare_outputs, flatten_outputs
 
         plan = self.space.decode({**params, "dcci_strategy": "none"})

@@ -5,7 +5,7 @@ Public API is re-exported here; heavy modules (torch, optuna) load on first use.
 
 from typing import Any
 
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 
 __version__ = "0.1.0"
 __all__ = ["Plan", "Scope", "__version__", "apply", "applied_plan"]

@@ -28,7 +28,7 @@ from sktune.backends import Backend, CompiledModel, get_backend
 from sktune.errors import PlanError
 from sktune.graph.capture import opgraph_from
 from sktune.graph.opgraph import OpGraph
-from sktune.space.plan import Plan, check_plan
+from sktune.plan import Plan, check_plan
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import torch
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.graph.opgraph import OpGraph
 from sktune.measure.timer import calibrate_calls_per_batch, interleaved_batches
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 
 CompiledModel = Callable[..., Sequence[torch.Tensor]]
 
@@ -83,7 +83,7 @@ class Backend(ABC):
         """The fuse-all yardstick's plan: one scope over the whole graph, every option at its
         default except where the yardstick takes its own value (``OptionSpec.fuse_all_choice``).
         The same plan the search space's fuse-all anchor (``FUSE_ALL``) decodes to with its overrides."""
-        from sktune.space.plan import Scope
+        from sktune.plan import Scope
         from sktune.space.search_space import FUSE_ALL
 
         options = {o.name: o.default if o.fuse_all_choice is None else o.fuse_all_choice

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sktune.graph.opgraph import OpGraph
-    from sktune.space.plan import Plan
+    from sktune.plan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
     from sktune.backends import get_backend
-    from sktune.space.plan import Plan
+    from sktune.plan import Plan
 
     backends = {False: backend}  # by profile_kernels: the profile's compile has its own keys
     while True:

@@ -33,7 +33,7 @@ from sktune.graph.grouping import regions
 from sktune.graph.opgraph import OpGraph
 from sktune.graph.side_by_side import node_values
 from sktune.graph.structure import find_repeats, stitched, unit_starts
-from sktune.space.plan import Plan, check_plan
+from sktune.plan import Plan, check_plan
 
 aten = torch.ops.aten
 

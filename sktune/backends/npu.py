@@ -52,7 +52,7 @@ from sktune.backends.npu_static_cache import static_cache_rule
 from sktune.errors import PlanError, SktuneError
 from sktune.graph.markers import insert_scope_markers, scope_marker_ops
 from sktune.graph.opgraph import OpGraph
-from sktune.space.plan import Plan, check_plan
+from sktune.plan import Plan, check_plan
 
 DEFAULT_TORCH_NPU = "2.14.0"  # key set assumed for an export when the study recorded no torch_npu version
 DEBUG_OPTIONS = "super_kernel_debug_options"  # plan option passed through as that dict

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from sktune.measure.sk_names import fused_scopes
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 
 
 def planned_vs_actual(plan: Plan, superkernels: list[dict[str, Any]]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.protocol import TrialRequest
 from sktune.tuning.space_setup import space_from_workload

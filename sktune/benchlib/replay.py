@@ -30,7 +30,7 @@ import optuna
 from sktune.benchlib.exhaustive import space_for
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.measure.stats import PairedTiming
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.tuning.budget import EFFORTS, ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective

@@ -9,7 +9,7 @@ from typing import Any
 from sktune.backends.npu_option_schema import AGGRESSIVE, DEBUG, OPTIMIZE, SCHEMA, KeySet
 from sktune.doctor.records import CheckResult, confirmed, differs
 from sktune.doctor.session import DoctorSession
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 
 #: Matches no kernel: lets a pattern key be sent without changing what it governs.
 NO_KERNEL = ".*SktuneDoctorNoSuchKernel.*"

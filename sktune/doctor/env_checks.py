@@ -10,7 +10,7 @@ import torch
 
 from sktune.doctor.records import CheckResult, confirmed, could_not, differs
 from sktune.doctor.session import DoctorSession
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 
 #: Where CANN's toolkit may live, in the order looked at (its set_env.sh exports the first two).
 TOOLKIT_ENV = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")

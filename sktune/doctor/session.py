@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sktune.doctor.tiny_model import TinyGraph, capture_tiny
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 
 if TYPE_CHECKING:
     from sktune.backends.npu import NpuBackend

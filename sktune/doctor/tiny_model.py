@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from sktune.graph.opgraph import OpGraph
-from sktune.space.plan import Scope
+from sktune.plan import Scope
 
 HIDDEN, ROWS, VOCAB = 64, 8, 32
 

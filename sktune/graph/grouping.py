@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sktune.space.plan import Scope
+from sktune.plan import Scope
 
 
 def _validate(n_ops: int, scopes: Sequence[Scope]) -> None:

@@ -19,7 +19,7 @@ from torch import fx
 
 from sktune.errors import PlanError
 from sktune.graph.opgraph import op_nodes
-from sktune.space.plan import Scope
+from sktune.plan import Scope
 
 
 @dataclass(frozen=True)

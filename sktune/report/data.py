@@ -15,7 +15,7 @@ import optuna
 import pandas as pd
 
 from sktune.graph.grouping import group_ops
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.tuning.records import StudyAttr, TrialAttr, best_record, speedup_interval
 
 # ---------------------------------------------------------------- 1. summary

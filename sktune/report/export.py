@@ -15,7 +15,7 @@ import optuna
 
 from sktune.errors import ExportError
 from sktune.graph.grouping import regions
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.tuning.settings import DEFAULT_STORAGE
 from sktune.tuning.records import StudyAttr
 from sktune.tuning.storage import mask_url

@@ -23,7 +23,7 @@ from typing import Any
 
 from sktune.errors import ExportError
 from sktune.graph.markers import marker_positions
-from sktune.space.plan import Scope
+from sktune.plan import Scope
 
 OUT_NAME = "_sktune_out"
 APPLY_HINT = "use sktune.apply(model, PLAN, backend=...) instead, which inserts the markers into the captured graph"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sktune.graph.grouping import regions
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 
 
 @dataclass(frozen=True)

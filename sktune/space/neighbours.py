@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.space.search_space import EAGER, FUSE, NO_SCOPES, SearchSpace
 
 

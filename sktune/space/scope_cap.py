@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sktune.space.plan import Scope
+from sktune.plan import Scope
 
 
 def distinct_scopes(scopes: Sequence[Scope]) -> int:

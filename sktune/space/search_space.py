@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.graph.structure import Repeats, differing_ends, find_repeats
 from sktune.space.layout import MAX_CUTS, Layout, flat_layout, stamped_layout
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.space.scope_cap import over_cap, reuse_names
 
 FUSE_ALL = "fuse-all"  # the fuse-all yardstick's anchor: the compiler's own whole-graph fusion

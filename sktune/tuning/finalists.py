@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 
 from sktune.graph.grouping import group_ops
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.measure.stats import PairedTiming
 from sktune.tuning.protocol import ConfirmRequest, ProfileRequest, WorkerFailure
 from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record,

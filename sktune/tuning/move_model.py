@@ -20,7 +20,7 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.space.neighbours import Neighbour, full_params
-from sktune.space.plan import Scope
+from sktune.plan import Scope
 from sktune.space.search_space import SearchSpace
 
 RIDGE = 1.0  # weight decay of the fit, in units of one trial's squared error

@@ -24,7 +24,7 @@ import optuna
 from optuna.trial import TrialState
 
 from sktune.space.exactness import Exactness
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.dcci_seed import enqueue_dcci_seed
 from sktune.tuning.protocol import TrialRequest, TrialWorker, WorkerFailure

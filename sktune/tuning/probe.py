@@ -27,7 +27,7 @@ import torch
 from torch import fx
 
 from sktune.graph.side_by_side import eager_with, node_values, side_by_side, span_nodes
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, Protocol
 
 from sktune.measure.stats import PairedTiming
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 
 
 @dataclass(frozen=True)

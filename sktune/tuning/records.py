@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.measure.stats import PairedTiming
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.tuning.protocol import TrialResult, WorkerFailure
 from sktune.space.search_space import FUSE_ALL
 

@@ -26,7 +26,7 @@ import optuna
 from sktune.backends import backend_class
 from sktune.graph.grouping import regions
 from sktune.graph.structure import unit_starts
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.objective import TrialFailed
 from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, anchor_record, top_records

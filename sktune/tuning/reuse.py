@@ -36,7 +36,7 @@ import json
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.tuning.records import TrialAttr, reused, skipped
 
 # The result attributes a copy carries. Costs (compile_s, measure_s, overhead_s,

@@ -20,7 +20,7 @@ from sktune.graph.aliasing import kernelless_ops
 from sktune.graph.grouping import group_ops, regions
 from sktune.measure.op_profile import profile_ops
 from sktune.measure.stats import PairedTiming, paired_timing
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.tuning.probe import across_shapes, probe_exactness
 from sktune.tuning.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, ProfileRequest,
                                     ProfileResult, StaticCompile, TimingUpdate, TrialRequest, TrialResult)

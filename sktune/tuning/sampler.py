@@ -34,7 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sktune.space.exactness import Exactness
 from sktune.space.neighbours import Neighbour, neighbours
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 from sktune.tuning.move_model import rank
 from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, reused, skipped

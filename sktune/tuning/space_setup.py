@@ -10,7 +10,7 @@ import optuna
 
 from sktune.space.ascend_anchors import superkernel_anchors
 from sktune.space.layout import MAX_CUTS
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace, build_space, unique_by_plan
 from sktune.space.seeds import profile_seeds
 from sktune.tuning.records import StudyAttr

@@ -9,7 +9,7 @@ import optuna
 
 from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
                                    reused, speedup_interval, speedup_of)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary

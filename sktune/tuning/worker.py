@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sktune.child_process import die_with_parent
 from sktune.errors import SktuneError
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.tuning.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, MalformedResult,
                                     ProfileRequest, ProfileResult, TimingUpdate, TrialRequest, TrialResult,
                                     WorkerFailure)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sktune.backends.compile_helper import REGION_FIXED_OPS, helper_share
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.tuning.probe import isolating_span
 from sktune.tuning.protocol import ProfileRequest, TrialRequest
 from sktune.tuning.runner import RunnerConfig, TrialRunner

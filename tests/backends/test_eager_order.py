@@ -12,7 +12,7 @@ from sktune.backends.eager_order import MAX_LENGTH, eager_order_sum
 from sktune.backends.inductor import InductorBackend
 from sktune.graph.capture import capture
 from sktune.load import build, draw_inputs, load_model_file
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.verify import compare_outputs, flatten_outputs
 
 pytestmark = pytest.mark.exactness  # CI runs these again as an AVX2 and a vector-less CPU (.ci/run)

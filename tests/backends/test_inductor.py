@@ -10,7 +10,7 @@ from sktune.backends.inductor_tables import fallbacks_installed
 from sktune.graph.capture import capture
 from sktune.graph.grouping import regions
 from sktune.load import build, draw_inputs, load_model_file
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.verify import compare_outputs, flatten_outputs
 
 pytestmark = pytest.mark.exactness  # CI runs these again as an AVX2 and a vector-less CPU (.ci/run)

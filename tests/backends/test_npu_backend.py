@@ -22,7 +22,7 @@ from sktune.backends.npu_option_schema import NpuOptionError, NpuVersionError
 from sktune.errors import PlanError, SktuneError
 from sktune.graph.capture import capture
 from sktune.load import build, draw_inputs, load_model_file
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 
 MODELS = Path(__file__).parent.parent / "models"
 SAFE = {"early_start": 1, "auto_op_parallel": 0, "aggressive_opt_strategies.task_breaker_bypass": 0,

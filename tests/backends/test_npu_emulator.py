@@ -20,7 +20,7 @@ from sktune.backends.npu_meta import meta_files
 from sktune.measure.ascend_files import ProfileError, find_profile_files
 from sktune.measure.ascend_parsers import LEVEL0_BASE, LEVEL0_OPTIONAL, STEP_ID, parse_superkernel_name
 from sktune.measure.ascend_summary import step_spans, summarize
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.backends.npu_fusion import planned_vs_actual
 from tests.emulated_npu import EMULATOR_PATH, load_emulator
 

@@ -11,7 +11,7 @@ from sktune.backends.region_cache import region_key
 from sktune.graph.capture import capture
 from sktune.graph.structure import find_repeats
 from sktune.load import build, draw_inputs, load_model_file
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.verify import compare_outputs, flatten_outputs
 
 MODELS = Path(__file__).parent.parent / "models"

@@ -14,7 +14,7 @@ from torch import nn
 
 from sktune.backends.inductor import InductorBackend
 from sktune.graph.capture import capture
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.verify import compare_outputs, flatten_outputs
 
 pytestmark = pytest.mark.exactness  # CI runs these again as an AVX2 and a vector-less CPU (.ci/run)

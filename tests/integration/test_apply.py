@@ -16,7 +16,7 @@ from sktune.graph.capture import capture
 from sktune.graph.grouping import regions
 from sktune.load import build, draw_inputs, load_model_file
 from sktune.report.export import export_json, export_python
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.tuning.records import best_plan, records
 from sktune.tuning.storage import load_existing_study
 from sktune.verify import compare_outputs, flatten_outputs

@@ -19,7 +19,7 @@ import optuna
 import pytest
 
 from sktune.space.ascend_anchors import superkernel_anchors
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT
 from sktune.tuning.resume import StartingQueue

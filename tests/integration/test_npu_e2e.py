@@ -63,7 +63,7 @@ def test_run_completes_labelled_emulated_and_verified(moe_study: dict) -> None:
 def _expected_superkernels(plan: dict, n_ops: int, targets: list[str], kernelless: list[bool]) -> int:
     """SuperKernels the plan asks for: one per region; without task_breaker_bypass an AI CPU op
     (topk) splits its region; pieces that launch no kernel make none."""
-    from sktune.space.plan import Plan
+    from sktune.plan import Plan
 
     parsed = Plan.from_json(plan)
     bypass = parsed.option_dict.get("aggressive_opt_strategies.task_breaker_bypass") == 1

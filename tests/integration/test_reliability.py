@@ -163,7 +163,7 @@ def test_the_worker_dies_with_a_killed_tuner(tmp_path: Path) -> None:
     idle worker would end anyway when the pipe closes; a busy one only by the kernel."""
     code = (
         "import sys, time\n"
-        "from sktune.space.plan import Plan\n"
+        "from sktune.plan import Plan\n"
         "from sktune.tuning.protocol import TrialRequest\n"
         "from sktune.tuning.worker import SupervisedWorker, runner_config\n"
         f"w = SupervisedWorker(runner_config(model_path={str(MODELS / 'tiny_norm.py')!r}), None)\n"

@@ -15,7 +15,7 @@ from torch._inductor.cpu_vec_isa import pick_vec_isa
 
 import sktune
 from sktune.load import load_model_file
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.tuning.probe import probe_exactness
 from sktune.tuning.protocol import TrialRequest
 from sktune.tuning.runner import RunnerConfig, TrialRunner

@@ -16,7 +16,7 @@ from sktune.graph.cut_regions import cut_regions, lift
 from sktune.graph.grouping import regions
 from sktune.graph.opgraph import op_nodes
 from sktune.load import build, draw_inputs, load_model_file
-from sktune.space.plan import Scope
+from sktune.plan import Scope
 from sktune.verify import compare_outputs, flatten_outputs
 
 MODELS = Path(__file__).parent.parent / "models"

@@ -17,7 +17,7 @@ from sktune.errors import ExportError
 from sktune.graph.capture import capture
 from sktune.load import build, draw_inputs, load_model_file
 from sktune.report.export import export_json, export_patch, export_python
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.tuning.storage import load_existing_study
 from tests.tuned_study import TinyStudy, tiny_study
 

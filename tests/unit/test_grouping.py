@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sktune.graph.grouping import contiguous_runs, group_ops, regions
-from sktune.space.plan import Scope
+from sktune.plan import Scope
 
 
 # --- the seed's four figures (docs/superkernel.md) ----------------------------------

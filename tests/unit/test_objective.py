@@ -12,7 +12,7 @@ import pytest
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.measure.stats import PairedTiming
 from sktune.space.exactness import Exactness
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace, build_space
 from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search

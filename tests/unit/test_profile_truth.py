@@ -19,7 +19,7 @@ from sktune.measure.profile import REGION_CALL, STEP, profile_steps, step_profil
 from sktune.measure.raw_events import RawEvent
 from sktune.report import data
 from sktune.report.html import render
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.tuning.summary import LEGACY_CPP_WRAPPER_REASON, summary
 from tests.report_fixtures import _plan, _timing
 

@@ -10,7 +10,7 @@ import pytest
 from sktune.backends.inductor import InductorBackend
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.measure.stats import PairedTiming
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.tuning.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, MalformedResult,
                                     ProfileRequest, ProfileResult, TimingUpdate, TrialRequest, TrialResult)
 

@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from sktune.space.neighbours import full_params, neighbours
-from sktune.space.plan import Plan
+from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace, build_space
 from sktune.tuning.records import TrialAttr
 from sktune.tuning.sampler import SktuneSampler, attach_space

@@ -12,7 +12,7 @@ import pytest
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.graph.grouping import regions
 from sktune.space import search_space
-from sktune.space.plan import Scope
+from sktune.plan import Scope
 from sktune.space.scope_cap import distinct_scopes, over_cap, reuse_names
 from sktune.space.search_space import build_space
 from sktune.tuning.budget import ClearlyWorsePruner, Effort

@@ -59,7 +59,7 @@ def test_regret_is_measured_against_the_best_plan_exact_at_that_shape_alone() ->
 
 def test_the_python_export_names_each_served_shape() -> None:
     from sktune.report.export import _measured
-    from sktune.space.plan import Plan, Scope
+    from sktune.plan import Plan, Scope
 
     shape = {"speedup": 1.21, "verified_bitwise": True}
     lines = _measured({"speedup": 1.16, "speedup_ci": [1.1, 1.2], "significant": True, "verified_bitwise": True,

@@ -1,7 +1,7 @@
 import pytest
 
 from sktune.graph.grouping import group_ops
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.space.layout import candidate_cuts
 from dataclasses import replace
 
@@ -110,7 +110,7 @@ def test_suggest_matches_decode(space) -> None:
 
 def test_check_plan_rejects_illegal_cuts_and_out_of_range() -> None:
     from sktune.errors import PlanError
-    from sktune.space.plan import check_plan
+    from sktune.plan import check_plan
 
     check_plan(Plan.make([Scope(0, 5, "a"), Scope(9, 11, None)]), 12, BOUNDARIES)
     with pytest.raises(PlanError, match="separate a tuple-producing op"):

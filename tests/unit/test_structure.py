@@ -7,7 +7,7 @@ import pytest
 from sktune.graph.grouping import regions
 from sktune.graph.structure import differing_ends, find_repeats, unit_key
 from sktune.space.exactness import Exactness
-from sktune.space.plan import Plan, Scope
+from sktune.plan import Plan, Scope
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.space.search_space import EAGER, FUSE, build_space
 from sktune.space.seeds import block_gap_share, profile_seeds
