@@ -71,7 +71,7 @@ def test_tiny_llama_runs_without_torch_npu() -> None:
 
 def test_sktune_run_npu_on_a_transformers_llama(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
-    result = run_cli("run", str(TINY_LLAMA), "--backend", "npu", "--effort", "quick", "--trials", "6",
+    result = run_cli("run", str(TINY_LLAMA), "--backend", "npu", "--effort", "quick", "--trials", "10",
                      "--storage", f"sqlite:///{tmp_path}/llama.db", "--summary-json", str(summary),
                      cwd=tmp_path, env=_env(emulated=True))
     assert result.returncode == 0, result.stderr[-4000:]

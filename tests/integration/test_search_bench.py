@@ -1,6 +1,6 @@
 """Smoke test of the search benchmark and the exactness probe on a tiny real model.
 
-Real compiles and measurements (small: a space of at most 12 plans, 2 batch pairs each);
+Real compiles and measurements (small: a space of at most 16 plans, 2 batch pairs each);
 the figures themselves come from ``benchmarks/search_efficiency.py`` runs, not from here.
 """
 
@@ -50,9 +50,9 @@ def test_probe_finds_the_inexact_ops_and_answers_from_its_cache(runner: TrialRun
 
 def test_exhaustive_table_and_replay(runner: TrialRunner, tmp_path: Path) -> None:
     workload = runner.describe()
-    space, max_cuts = small_space(workload, max_configs=12)
+    space, max_cuts = small_space(workload, max_configs=16)  # 16 without cuts: three fallbacks, one option
     plans = distinct_plans(space)
-    assert 2 <= len(plans) <= 12
+    assert 2 <= len(plans) <= 16
     table = measure_all(runner, space, n_batches=2)
     assert set(table) == set(plans)
     assert any(m["bitwise"] for m in table.values()) and not all(m["bitwise"] for m in table.values())

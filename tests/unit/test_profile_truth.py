@@ -55,7 +55,9 @@ def test_a_cpp_wrappers_extern_calls_are_busy_time(cpp_wrapper_profiles: dict[bo
     assert any("cpp_fused" in n for n in names)
     assert not any(n.startswith("aten::resolve_conj") for n in names)  # nested in the shim call: counted once
     gemms = sum(k["total_us"] for k in profile.top_kernels if k["name"].startswith("aoti_torch_"))
-    assert profile.busy_us >= 0.9 * gemms > 0
+    # busy is the median step, the GEMMs' total a mean over steps: on shared cores they differ
+    # by ~15 %; uncounted (the old rule) busy held only the few µs of the cpp_fused kernels
+    assert profile.busy_us >= 0.5 * gemms > 0
     assert not profile.partial and profile.unrecorded_us == 0 and profile.partial_reason is None
     assert profile.busy_us + profile.gap_us == pytest.approx(profile.step_us, rel=1e-6)
 
