@@ -35,7 +35,7 @@ def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
     """Exhaustively measure a small version of sktune's space for MODEL."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve() / "inductor"))
     from sktune.benchlib.exhaustive import distinct_plans, measure_all, save, small_space
-    from sktune.tuning.runner import RunnerConfig, TrialRunner
+    from sktune.worker.runner import RunnerConfig, TrialRunner
 
     started = time.perf_counter()
     runner = TrialRunner(RunnerConfig(model_path=str(model), input_sets=input_sets,
@@ -175,8 +175,8 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
         "import json, os, statistics, sys, time\n"
         f"os.environ['TORCHINDUCTOR_CACHE_DIR'] = {str(cache_dir)!r}\n"
         "from sktune.plan import Plan\n"
-        "from sktune.tuning.protocol import TrialRequest\n"
-        "from sktune.tuning.runner import RunnerConfig, TrialRunner\n"
+        "from sktune.pipe.protocol import TrialRequest\n"
+        "from sktune.worker.runner import RunnerConfig, TrialRunner\n"
         f"runner = TrialRunner(RunnerConfig(model_path={str(model.resolve())!r}, "
         f"capture_cache={str((settings.cache_root / 'captures').resolve())!r}))\n"
         "print('capture', runner.startup_s['capture'], runner.capture_reused, file=sys.stderr)\n"

@@ -46,7 +46,7 @@ class SkillProcedure:
     """The skill's stages on one model; ``runs`` counts device measurements."""
 
     def __init__(self, model: Path) -> None:
-        from sktune.tuning.runner import RunnerConfig, TrialRunner
+        from sktune.worker.runner import RunnerConfig, TrialRunner
         from sktune.tuning.space_setup import space_from_workload
         from sktune.space.ascend_anchors import superkernel_anchors
 

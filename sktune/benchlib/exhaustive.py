@@ -19,9 +19,9 @@ from typing import Any
 
 from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace
-from sktune.tuning.protocol import TrialRequest
+from sktune.pipe.protocol import TrialRequest
 from sktune.tuning.space_setup import space_from_workload
-from sktune.tuning.workload import Workload
+from sktune.pipe.workload import Workload
 
 log = logging.getLogger(__name__)
 

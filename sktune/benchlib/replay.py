@@ -34,11 +34,11 @@ from sktune.plan import Plan
 from sktune.tuning.budget import EFFORTS, ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
-from sktune.tuning.protocol import TimingUpdate, TrialRequest, TrialResult, WorkerFailure
+from sktune.pipe.protocol import TimingUpdate, TrialRequest, TrialResult, WorkerFailure
 from sktune.tuning.records import TrialAttr, feasible_ratios, skipped
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
-from sktune.tuning.workload import Workload
+from sktune.pipe.workload import Workload
 
 STRATEGIES = ("sktune", "sktune-sampler", "tpe", "random")
 CHECKPOINTS = (10, 30, 60)

@@ -15,7 +15,7 @@ from sktune.space.search_space import FUSE_ALL
 from sktune.tuning.settings import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
-    from sktune.tuning.workload import Workload
+    from sktune.pipe.workload import Workload
 
 BackendName = Annotated[str, typer.Option(help="auto | inductor | npu")]
 

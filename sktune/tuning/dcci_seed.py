@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 
 from sktune.backends.npu_option_space import DCCI_STRATEGY, culprit_choice
 from sktune.space.search_space import SearchSpace
-from sktune.tuning.protocol import BisectResult
+from sktune.pipe.protocol import BisectResult
 from sktune.tuning.records import TrialAttr, feasible_ratios, is_feasible
 
 log = logging.getLogger(__name__)

@@ -11,11 +11,11 @@ import optuna
 from sktune.graph.grouping import group_ops
 from sktune.plan import Plan
 from sktune.measure.stats import PairedTiming
-from sktune.tuning.protocol import ConfirmRequest, ProfileRequest, WorkerFailure
+from sktune.pipe.protocol import ConfirmRequest, ProfileRequest, WorkerFailure
 from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record,
                                    speedup_of, top_records)
 from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
-from sktune.tuning.worker import SupervisedWorker
+from sktune.tuning.supervisor import SupervisedWorker
 
 log = logging.getLogger(__name__)
 

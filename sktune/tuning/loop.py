@@ -23,8 +23,8 @@ from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
 from sktune.tuning.warm_start import warm_plans
-from sktune.tuning.worker import SupervisedWorker, runner_config
-from sktune.tuning.workload import Workload
+from sktune.tuning.supervisor import SupervisedWorker, runner_config
+from sktune.pipe.workload import Workload
 
 log = logging.getLogger(__name__)
 

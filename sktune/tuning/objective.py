@@ -27,7 +27,7 @@ from sktune.space.exactness import Exactness
 from sktune.plan import Plan
 from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.dcci_seed import enqueue_dcci_seed
-from sktune.tuning.protocol import TrialRequest, TrialWorker, WorkerFailure
+from sktune.pipe.protocol import TrialRequest, TrialWorker, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr, write_failure, write_result, write_timing
 from sktune.tuning.reuse import MeasuredPlans, take_outcome
 from sktune.tuning.sampler import hopeless_filter

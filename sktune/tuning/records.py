@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
-from sktune.tuning.protocol import TrialResult, WorkerFailure
+from sktune.pipe.protocol import TrialResult, WorkerFailure
 from sktune.space.search_space import FUSE_ALL
 
 BITWISE_CONSTRAINT = "bitwise"  # the trial's constraint: its mismatch count (≤ 0: exact)

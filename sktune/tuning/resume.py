@@ -23,7 +23,7 @@ from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url
-from sktune.tuning.workload import Workload
+from sktune.pipe.workload import Workload
 
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
 Named = tuple[str, dict[str, Any]]  # (anchor name, parameters)

@@ -14,7 +14,7 @@ from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace, build_space, unique_by_plan
 from sktune.space.seeds import profile_seeds
 from sktune.tuning.records import StudyAttr
-from sktune.tuning.workload import Workload
+from sktune.pipe.workload import Workload
 
 def space_from_workload(workload: Workload, stamp: bool = True, max_cuts: int = MAX_CUTS,
                         options: Sequence[str] | None = None) -> SearchSpace:

@@ -10,7 +10,7 @@ import logging
 import optuna
 
 from sktune.backends.npu_meta import RECOGNISED_FORMS
-from sktune.tuning.protocol import TrialResult
+from sktune.pipe.protocol import TrialResult
 from sktune.tuning.records import StudyAttr, TrialAttr
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from sktune.graph.structure import find_repeats
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 from sktune.tuning.records import StudyAttr, top_records
 from sktune.tuning.storage import make_storage, mask_url
-from sktune.tuning.workload import Workload
+from sktune.pipe.workload import Workload
 
 PLANS_PER_STUDY = 3  # the best distinct exact plans taken from each earlier study
 

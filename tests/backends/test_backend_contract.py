@@ -16,7 +16,7 @@ import optuna
 import pytest
 
 from sktune.plan import Plan
-from sktune.tuning.runner import RunnerConfig, TrialRunner
+from sktune.worker.runner import RunnerConfig, TrialRunner
 from sktune.tuning.space_setup import space_from_workload, starting_points
 from sktune.verify import compare_outputs, flatten_outputs
 

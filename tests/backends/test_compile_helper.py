@@ -13,9 +13,9 @@ import pytest
 
 from sktune.backends.compile_helper import REGION_FIXED_OPS, helper_share
 from sktune.plan import Plan, Scope
-from sktune.tuning.probe import isolating_span
-from sktune.tuning.protocol import ProfileRequest, TrialRequest
-from sktune.tuning.runner import RunnerConfig, TrialRunner
+from sktune.worker.probe import isolating_span
+from sktune.pipe.protocol import ProfileRequest, TrialRequest
+from sktune.worker.runner import RunnerConfig, TrialRunner
 from sktune.verify import compare_outputs, flatten_outputs
 
 MODELS = Path(__file__).parent.parent / "models"

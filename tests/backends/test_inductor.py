@@ -111,8 +111,8 @@ def test_unfused_plan_is_the_reference(setup) -> None:
 
 
 def test_bisect_names_the_inexact_op() -> None:
-    from sktune.tuning.protocol import BisectRequest
-    from sktune.tuning.runner import RunnerConfig, TrialRunner
+    from sktune.pipe.protocol import BisectRequest
+    from sktune.worker.runner import RunnerConfig, TrialRunner
 
     runner = TrialRunner(RunnerConfig(str(Path(__file__).parent.parent / "models" / "tiny_norm.py"), input_sets=2))
     n = len(runner.graph.ops)

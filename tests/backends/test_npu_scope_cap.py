@@ -19,7 +19,7 @@ from sktune.load import build, draw_inputs, load_model_file
 from sktune.space.scope_cap import distinct_scopes
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.space_setup import space_from_workload
-from sktune.tuning.workload import Workload
+from sktune.pipe.workload import Workload
 
 STUDY = Path(__file__).resolve().parents[2] / "studies" / "decoder_stack.py"
 SAMPLES = 300  # the figure of issue 23: 17 of 300 sampled plans had 65-81 distinct scopes

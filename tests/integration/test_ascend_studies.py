@@ -17,7 +17,7 @@ import pytest
 from sktune.backends.npu_option_space import only_types
 from sktune.graph.grouping import regions
 from sktune.plan import Plan
-from sktune.tuning.runner import RunnerConfig, TrialRunner
+from sktune.worker.runner import RunnerConfig, TrialRunner
 from sktune.verify import compare_outputs, flatten_outputs
 from tests.backends.test_backend_contract import searched_plans
 from tests.integration.test_npu_e2e import sktune

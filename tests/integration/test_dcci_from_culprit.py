@@ -24,10 +24,10 @@ from sktune.space.search_space import SearchSpace
 from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT
 from sktune.tuning.resume import StartingQueue
 from sktune.tuning.objective import ObjectiveRules, make_objective
-from sktune.tuning.protocol import (BisectRequest, BisectResult, TimingUpdate, TrialRequest, TrialResult,
+from sktune.pipe.protocol import (BisectRequest, BisectResult, TimingUpdate, TrialRequest, TrialResult,
                                     WorkerFailure)
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
-from sktune.tuning.runner import RunnerConfig, TrialRunner
+from sktune.worker.runner import RunnerConfig, TrialRunner
 from sktune.tuning.space_setup import space_from_workload
 
 MOE = Path(__file__).resolve().parents[2] / "studies" / "ascend_moe.py"

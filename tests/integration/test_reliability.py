@@ -164,8 +164,8 @@ def test_the_worker_dies_with_a_killed_tuner(tmp_path: Path) -> None:
     code = (
         "import sys, time\n"
         "from sktune.plan import Plan\n"
-        "from sktune.tuning.protocol import TrialRequest\n"
-        "from sktune.tuning.worker import SupervisedWorker, runner_config\n"
+        "from sktune.pipe.protocol import TrialRequest\n"
+        "from sktune.tuning.supervisor import SupervisedWorker, runner_config\n"
         f"w = SupervisedWorker(runner_config(model_path={str(MODELS / 'tiny_norm.py')!r}), None)\n"
         "w.start()\n"
         "print(w._process.pid, flush=True)\n"

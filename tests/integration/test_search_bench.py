@@ -15,8 +15,8 @@ import pytest
 
 from sktune.benchlib.exhaustive import distinct_plans, measure_all, save, small_space
 from sktune.benchlib.replay import STRATEGIES, exhaustive_best, replay, summarize
-from sktune.tuning.probe import isolating_span, one_by_one_answers, probe_exactness, side_by_side_answers
-from sktune.tuning.runner import RunnerConfig, TrialRunner
+from sktune.worker.probe import isolating_span, one_by_one_answers, probe_exactness, side_by_side_answers
+from sktune.worker.runner import RunnerConfig, TrialRunner
 
 TINY = Path(__file__).resolve().parents[1] / "models" / "tiny_norm.py"
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,9 +16,9 @@ from torch._inductor.cpu_vec_isa import pick_vec_isa
 import sktune
 from sktune.load import load_model_file
 from sktune.plan import Plan, Scope
-from sktune.tuning.probe import probe_exactness
-from sktune.tuning.protocol import TrialRequest
-from sktune.tuning.runner import RunnerConfig, TrialRunner
+from sktune.worker.probe import probe_exactness
+from sktune.pipe.protocol import TrialRequest
+from sktune.worker.runner import RunnerConfig, TrialRunner
 from tests.cli.test_cli import sktune as cli
 from tests.integration.test_npu_e2e import emulated_env
 from tests.models.two_widths import WIDTHS

@@ -13,7 +13,7 @@ from sktune.capabilities import Capabilities
 from sktune.space.ascend_anchors import superkernel_anchors
 from sktune.space.search_space import SearchSpace, build_space
 from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT, enqueue_dcci_seed, not_worth_it
-from sktune.tuning.protocol import BisectResult
+from sktune.pipe.protocol import BisectResult
 from sktune.tuning.records import TrialAttr
 
 TARGETS = ["mul", "index_select", "add", "linear", "gather", "add"]

@@ -16,7 +16,7 @@ from sktune.measure.stats import PairedTiming
 from sktune.report import data
 from sktune.report.export import export_json, export_python
 from sktune.tuning.finalists import confirm_finalists, finalist_verdict
-from sktune.tuning.protocol import ConfirmRequest, ConfirmResult
+from sktune.pipe.protocol import ConfirmRequest, ConfirmResult
 from sktune.tuning.records import best_record
 from sktune.tuning.summary import summary
 from tests.report_fixtures import _plan

@@ -9,7 +9,7 @@ from pathlib import Path
 
 SKTUNE = Path(__file__).resolve().parents[2] / "sktune"
 LAYERS = ("errors", "child_process", "plan", "verify", "capabilities", "graph", "space", "measure", "load", "backends",
-          "tuning", "report", "benchlib", "doctor", "_apply", "cli")  # bottom first, as the doc lists them
+          "pipe", "worker", "tuning", "report", "benchlib", "doctor", "_apply", "cli")  # bottom first, as the doc lists them
 
 
 def _layer(module: str) -> str | None:
@@ -57,3 +57,14 @@ def test_the_check_sees_an_upward_import(tmp_path: Path, monkeypatch) -> None:
 
     monkeypatch.setattr(sys.modules[__name__], "SKTUNE", fake)
     assert upward_imports() == ["sktune/graph/bad.py:2 (graph) imports sktune.tuning.loop (tuning)"]
+
+
+def test_the_tuner_reaches_the_worker_only_through_the_pipe() -> None:
+    """The two processes' code meets at ``pipe/``: tuning/ imports nothing of worker/ but its
+    process entry point, and worker/ nothing of tuning/ (the layer order already says so)."""
+    reached = set()
+    for path in (SKTUNE / "tuning").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sktune.worker"):
+                reached.add(node.module)
+    assert reached == {"sktune.worker.serve"}

@@ -17,7 +17,7 @@ from sktune.space.search_space import SearchSpace, build_space
 from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
-from sktune.tuning.protocol import BisectResult, TimingUpdate, TrialRequest, TrialResult, WorkerFailure
+from sktune.pipe.protocol import BisectResult, TimingUpdate, TrialRequest, TrialResult, WorkerFailure
 from sktune.tuning.records import TrialAttr, is_feasible
 
 TARGETS = ["pow", "mean", "add", "mul"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import fx
 
-from sktune.tuning.probe import probe_key
+from sktune.worker.probe import probe_key
 
 
 def _sigmoid_node() -> fx.Node:

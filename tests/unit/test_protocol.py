@@ -11,7 +11,7 @@ from sktune.backends.inductor import InductorBackend
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan, Scope
-from sktune.tuning.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, MalformedResult,
+from sktune.pipe.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, MalformedResult,
                                     ProfileRequest, ProfileResult, TimingUpdate, TrialRequest, TrialResult)
 
 

@@ -18,7 +18,7 @@ from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.resume import StartingQueue, fingerprint, prepare
 from sktune.tuning.sampler import make_sampler
 from sktune.tuning.space_setup import space_from_workload, starting_points
-from sktune.tuning.workload import Workload
+from sktune.pipe.workload import Workload
 from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, TARGETS
 
 SETTINGS = {StudyAttr.THREADS: 1, StudyAttr.INPUT_SETS: 3}

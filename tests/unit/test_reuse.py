@@ -15,7 +15,7 @@ from sktune.space.search_space import SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
-from sktune.tuning.protocol import WorkerFailure
+from sktune.pipe.protocol import WorkerFailure
 from sktune.tuning.records import StudyAttr, TrialAttr, is_feasible
 from sktune.tuning.summary import summary
 from tests.unit.test_objective import CHUNKS, TARGETS, ScriptedWorker, distinct, fuse_all, result, run_study

@@ -52,7 +52,7 @@ def test_a_best_that_fuses_nothing_is_exactly_one_with_no_interval(noise_ratio: 
 
 def npu_result(seconds: float, uncached: float, effective: str) -> "TrialResult":
     from sktune.measure.stats import PairedTiming
-    from sktune.tuning.protocol import StaticCompile, TrialResult
+    from sktune.pipe.protocol import StaticCompile, TrialResult
 
     return TrialResult(True, (), PairedTiming(1e-3, 1e-3, 1.0, (0.99, 1.01), 10), (), (), 0.1, 0.1, 0.1,
                        {"effective_options": effective}, StaticCompile(seconds, uncached, emulated=True))
@@ -63,7 +63,7 @@ def test_static_compile_reaches_the_summary_with_one_effective_options_warning(
     """An emulated npu study: each trial's emulated static-compile seconds (summed over its
     shapes) become the estimated host time with and without the cache; an absent options
     dump warns once per study, never fails a trial."""
-    from sktune.tuning.protocol import TrialResult
+    from sktune.pipe.protocol import TrialResult
     from sktune.tuning.trial_notes import note_result
 
     study = study_whose_best_fuses_nothing(0.96)

@@ -13,7 +13,7 @@ from sktune.graph.opgraph import Op
 from sktune.space.search_space import SearchSpace, build_space
 from sktune.tuning.records import StudyAttr
 from sktune.tuning.warm_start import completed, mapping_for, unit_signature
-from sktune.tuning.workload import Workload
+from sktune.pipe.workload import Workload
 
 LAYER = [("layer_norm", "norm"), ("linear", "up"), ("relu", ""), ("linear", "down"), ("add", "")]
 

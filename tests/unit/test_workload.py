@@ -5,7 +5,7 @@ from __future__ import annotations
 from sktune.capabilities import Capabilities
 from sktune.graph.opgraph import Op
 from sktune.measure.op_profile import OpProfile
-from sktune.tuning.workload import ServedShape, Workload
+from sktune.pipe.workload import ServedShape, Workload
 
 
 def workload() -> Workload:

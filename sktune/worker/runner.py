@@ -1,7 +1,7 @@
 """Runs trials: applies, verifies and measures plans on the model that start-up loaded
-(``tuning/startup.py``: the captured graph, the input sets and the reference outputs).
+(``startup.py``: the captured graph, the input sets and the reference outputs).
 
-Lives in the worker process (tuning/worker.py); tests may use it in-process.
+Lives in the worker process (``serve.py``); tests may use it in-process.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from sktune.graph.grouping import group_ops, regions
 from sktune.measure.op_profile import profile_ops
 from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.plan import Plan, Scope
-from sktune.tuning.probe import across_shapes, probe_exactness
-from sktune.tuning.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, ProfileRequest,
+from sktune.worker.probe import across_shapes, probe_exactness
+from sktune.pipe.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, ProfileRequest,
                                     ProfileResult, StaticCompile, TimingUpdate, TrialRequest, TrialResult)
-from sktune.tuning.startup import RunnerConfig, ShapeSet, load_model, signature
-from sktune.tuning.workload import ServedShape, Workload
+from sktune.worker.startup import RunnerConfig, ShapeSet, load_model, signature
+from sktune.pipe.workload import ServedShape, Workload
 from sktune.verify import compare_outputs, flatten_outputs
 
 log = logging.getLogger(__name__)

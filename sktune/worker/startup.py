@@ -1,7 +1,7 @@
 """Worker start-up: load the model file, draw the input sets, capture one graph per served
 shape and take its unfused references, with the checks a user's model must pass.
 
-The worker side of the pipe (``tuning/worker.py`` starts it); ``runner.py`` then applies,
+The worker side of the pipe (``tuning/supervisor.py`` starts it, ``serve.py`` is its main loop); ``runner.py`` then applies,
 verifies and measures plans on what this loaded.
 """
 
@@ -19,24 +19,8 @@ from sktune.errors import CaptureError, ModelFileError, NondeterministicModelErr
 from sktune.graph.capture_cache import capture_cached
 from sktune.graph.opgraph import OpGraph
 from sktune.load import ModelSource, build, draw_inputs, load_model_file, shape_weights
+from sktune.pipe.protocol import RunnerConfig
 from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
-
-
-@dataclass(frozen=True)
-class RunnerConfig:
-    model_path: str
-    backend: str = "inductor"
-    threads: int = 1
-    input_sets: int = 3
-    n_batches: int = 30  # interleaved pairs; ~0.3 s per side: cheap next to a compile
-    batch_target_s: float = 0.005
-    probe_cache: str | None = None  # JSON file of exactness-probe answers; None: do not probe
-    shapes: tuple[str, ...] | None = None  # the model's shapes to tune for (--shapes); None: all
-    capture_cache: str | None = None  # folder of saved captured graphs; None: always capture
-    compile_helper: bool = False  # a second process compiles half of each plan's new regions
-    # The helper compiles the fuse-all yardstick while the worker probes (the study has no
-    # fuse-all trial yet): on a deep model its whole-graph compile is the costliest of all.
-    prefetch_fuse_all: bool = False
 
 
 @dataclass

@@ -4,7 +4,7 @@
 cuts, what the backend can tune, the kernel-less ops, the measured op profile, the
 exactness probe's answers, the environment, where start-up time went, the model file's
 hash and the input shapes (per served shape too). JSON appears only at the pipe
-(``worker.py``), in benchmark tables (``benchlib/exhaustive.py``) and in the study, where
+(``tuning/supervisor.py``), in benchmark tables (``benchlib/exhaustive.py``) and in the study, where
 ``resume.prepare`` stores its parts under ``StudyAttr`` keys.
 """
 

@@ -10,102 +10,20 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
-import traceback
 from dataclasses import asdict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
-from sktune.child_process import die_with_parent
-from sktune.errors import SktuneError
 from sktune.plan import Plan
-from sktune.tuning.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, MalformedResult,
-                                    ProfileRequest, ProfileResult, TimingUpdate, TrialRequest, TrialResult,
-                                    WorkerFailure)
-from sktune.tuning.workload import Workload
+from sktune.pipe.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, MalformedResult,
+                                  ProfileRequest, ProfileResult, RunnerConfig, TimingUpdate, TrialRequest, TrialResult,
+                                  WorkerFailure)
+from sktune.pipe.workload import Workload
+from sktune.worker.serve import serve
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def _serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, parent_pid: int | None = None) -> None:
-    """Worker main: build the runner once, then answer requests until told to stop."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
-    if parent_pid is not None:
-        die_with_parent(parent_pid)
-    if cache_dir:  # before torch is imported: one Inductor cache per study
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's own logs off the user's screen
-    from sktune.tuning.runner import RunnerConfig, TrialRunner
-
-    try:
-        runner = TrialRunner(RunnerConfig(**config))
-        conn.send(("ok", runner.describe().to_json()))
-    except SktuneError as exc:
-        conn.send(("user_error", f"{exc}", traceback.format_exc()))
-        return
-    except Exception as exc:
-        conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-        return
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        command, payload = request
-        if command == "stop":
-            return
-        try:
-            if command == "run" and _maybe_inject_fault():
-                conn.send(("ok", {"garbage": True}))
-                continue
-            handler = {
-                "run": lambda p: runner.run(TrialRequest.from_json(p)).to_json(),
-                "more": lambda p: runner.more(int(p["n_batches"])).to_json(),
-                "confirm": lambda p: runner.confirm(ConfirmRequest.from_json(p)).to_json(),
-                "profile": lambda p: runner.profile(ProfileRequest.from_json(p)).to_json(),
-                "bisect": lambda p: runner.bisect(BisectRequest.from_json(p)).to_json(),
-            }[command]
-            conn.send(("ok", handler(payload)))
-        except Exception as exc:
-            conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-
-
-def _maybe_inject_fault() -> bool:
-    """Test-only fault hook, off unless ``SKTUNE_TEST_FAULT`` names faults.
-
-    ``SKTUNE_TEST_FAULT`` = a comma list of crash | segfault | hang | raise | garbage. The
-    file named by ``SKTUNE_TEST_FAULT_MARKER`` counts the faults fired so far (across
-    worker restarts): each run request fires the next one until the list is used up.
-    Returns True when the answer must be garbage.
-    """
-    faults = [f for f in os.environ.get("SKTUNE_TEST_FAULT", "").split(",") if f]
-    marker = os.environ.get("SKTUNE_TEST_FAULT_MARKER")
-    if not faults or not marker:
-        return False
-    fired = int(open(marker).read() or 0) if os.path.exists(marker) else 0
-    if fired >= len(faults):
-        return False
-    with open(marker, "w") as f:
-        f.write(str(fired + 1))
-    kind = faults[fired]
-    if kind == "garbage":
-        return True
-    if kind == "crash":
-        os._exit(3)
-    if kind == "segfault":
-        import signal
-
-        os.kill(os.getpid(), signal.SIGSEGV)
-    if kind == "hang":
-        import time
-
-        time.sleep(10**6)
-    if kind == "raise":
-        raise RuntimeError("injected fault")
-    return False
 
 
 class SupervisedWorker:
@@ -124,7 +42,7 @@ class SupervisedWorker:
     def start(self) -> Workload:
         """Start the worker and wait until the model is loaded, captured and checked."""
         parent, child = self._ctx.Pipe()
-        self._process = self._ctx.Process(target=_serve, args=(child, self.config, self.cache_dir, os.getpid()),
+        self._process = self._ctx.Process(target=serve, args=(child, self.config, self.cache_dir, os.getpid()),
                                           daemon=True)
         self._process.start()
         child.close()
@@ -241,6 +159,4 @@ class SupervisedWorker:
 
 def runner_config(**kwargs: Any) -> dict[str, Any]:
     """A RunnerConfig as a plain dict (what crosses the process boundary)."""
-    from sktune.tuning.runner import RunnerConfig
-
     return asdict(RunnerConfig(**kwargs))

@@ -1,10 +1,10 @@
-"""What crosses the worker pipe, typed: a trial request, its result, the side commands
+"""What crosses the worker pipe, typed: the worker's start-up config, a trial request, its result, the side commands
 after and beside the search (the finalists' re-measurement, a mismatch's bisection, a
 step's profile) with their answers, and the failure that replaces an answer when the
 worker hangs, crashes or raises.
 
 ``TrialWorker`` is what the objective needs from a worker: the supervised process
-(``tuning/worker.py``) and the search benchmark's table replay both implement it.
+(``tuning/supervisor.py``) and the search benchmark's table replay both implement it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,25 @@ from typing import Any, Protocol
 
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """How the worker starts: sent once, as a dict, when its process is spawned."""
+
+    model_path: str
+    backend: str = "inductor"
+    threads: int = 1
+    input_sets: int = 3
+    n_batches: int = 30  # interleaved pairs; ~0.3 s per side: cheap next to a compile
+    batch_target_s: float = 0.005
+    probe_cache: str | None = None  # JSON file of exactness-probe answers; None: do not probe
+    shapes: tuple[str, ...] | None = None  # the model's shapes to tune for (--shapes); None: all
+    capture_cache: str | None = None  # folder of saved captured graphs; None: always capture
+    compile_helper: bool = False  # a second process compiles half of each plan's new regions
+    # The helper compiles the fuse-all yardstick while the worker probes (the study has no
+    # fuse-all trial yet): on a deep model its whole-graph compile is the costliest of all.
+    prefetch_fuse_all: bool = False
 
 
 @dataclass(frozen=True)
