@@ -1,5 +1,6 @@
 """Load the user's model file: ``build_model()``, ``example_inputs(seed)`` and, optionally,
-``input_shapes()`` with ``example_inputs(seed, shape)`` (one plan tuned for several shapes).
+``input_shapes()`` with ``example_inputs(seed, shape)`` (one plan tuned for several shapes)
+and ``verify_shapes()`` (more shapes the plan is verified at, never timed or tuned at).
 
 The model file is user code and is executed on purpose, like a test file.
 """
@@ -27,7 +28,9 @@ CONTRACT = (
 SHAPES_CONTRACT = (
     "A model served at several shapes may also define:\n"
     "    def input_shapes() -> dict[str, float]: ...  # shape name -> weight in the traffic mix\n"
-    "    def example_inputs(seed: int = 0, shape: str | None = None) -> tuple[torch.Tensor, ...]: ..."
+    "    def example_inputs(seed: int = 0, shape: str | None = None) -> tuple[torch.Tensor, ...]: ...\n"
+    "and, beside input_shapes(), shapes the best plan is only verified at (bitwise, never timed or tuned):\n"
+    "    def verify_shapes() -> list[str]: ...  # more shape names example_inputs accepts"
 )
 
 
@@ -39,6 +42,7 @@ class ModelSource:
     build_model: Callable[[], torch.nn.Module]
     example_inputs: Callable[..., tuple[torch.Tensor, ...]]
     input_shapes: Callable[[], dict[str, float]] | None = None
+    verify_shapes: Callable[[], list[str]] | None = None
 
     @property
     def sha256(self) -> str:
@@ -73,8 +77,14 @@ def load_model_file(path: str | Path) -> ModelSource:
     if shapes is not None and "shape" not in inspect.signature(module.example_inputs).parameters:
         raise ModelFileError(
             f"{path} defines input_shapes() but example_inputs takes no 'shape' argument.\n{SHAPES_CONTRACT}")
+    verify = getattr(module, "verify_shapes", None)
+    if verify is not None and not callable(verify):
+        raise ModelFileError(f"verify_shapes in {path} must be a function.\n{SHAPES_CONTRACT}")
+    if verify is not None and shapes is None:
+        raise ModelFileError(f"{path} defines verify_shapes() without input_shapes(): the shapes to tune at "
+                             f"must be declared too.\n{SHAPES_CONTRACT}")
     return ModelSource(path=path, build_model=module.build_model, example_inputs=module.example_inputs,
-                       input_shapes=shapes)
+                       input_shapes=shapes, verify_shapes=verify)
 
 
 def shape_weights(source: ModelSource, only: tuple[str, ...] | None = None) -> dict[str, float]:
@@ -105,11 +115,45 @@ def shape_weights(source: ModelSource, only: tuple[str, ...] | None = None) -> d
         weights[name] = float(weight)
     if only:
         unknown = [name for name in only if name not in weights]
+        verify_only = [name for name in unknown if name in verify_shape_names(source)]
+        if verify_only:
+            raise ModelFileError(f"--shapes: {', '.join(verify_only)} in verify_shapes() of {source.path}: a "
+                                 "verify-only shape is verified, never tuned at; --shapes picks among "
+                                 f"input_shapes() ({', '.join(weights)})")
         if unknown:
             raise ModelFileError(f"--shapes: {', '.join(unknown)} not among the shapes of {source.path} "
                                  f"({', '.join(weights)})")
         weights = {name: w for name, w in weights.items() if name in only}
     return weights
+
+
+def verify_shape_names(source: ModelSource) -> tuple[str, ...]:
+    """The model's verify-only shapes (``verify_shapes()``), in its order; () when it declares none.
+
+    Each must be a name ``example_inputs`` accepts and not one of ``input_shapes()``: those
+    are tuned (and so verified) already.
+    """
+    if source.verify_shapes is None:
+        return ()
+    where = f"verify_shapes() in {source.path}"
+    try:
+        declared = source.verify_shapes()
+    except Exception as exc:
+        raise ModelFileError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(declared, list):
+        raise ModelFileError(f"{where} must return a list of shape names, got {declared!r}.\n{SHAPES_CONTRACT}")
+    tuned = shape_weights(source)
+    names: list[str] = []
+    for name in declared:
+        if not isinstance(name, str) or not name or "," in name:
+            raise ModelFileError(f"{where}: shape name {name!r} must be a non-empty string without commas")
+        if name in tuned:
+            raise ModelFileError(f"{where}: {name!r} is also in input_shapes(); a tuned shape is verified "
+                                 "already, so list only the other shapes")
+        if name in names:
+            raise ModelFileError(f"{where}: {name!r} is listed twice")
+        names.append(name)
+    return tuple(names)
 
 
 def build(source: ModelSource) -> torch.nn.Module:

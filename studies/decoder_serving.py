@@ -4,7 +4,10 @@ One decode step per call: each sequence brings one new token and attends over a 
 of ``CONTEXT`` earlier tokens (the cache is an input, as a serving engine passes it).
 A serving stack captures one graph per batch size, but the fusion plan lives in the
 model's code and in one ``torch.compile`` call, so sktune tunes one plan for all three,
-weighted by how much traffic each batch size serves (``input_shapes``).
+weighted by how much traffic each batch size serves (``input_shapes``). A serving stack
+captures more batch sizes than that (vLLM: 1, 2, 4, then multiples of 8); the others listed
+in ``verify_shapes`` are never timed or tuned at, but the plan named best is verified bitwise
+at each of them too.
 
 The blocks (RMSNorm, rotary, SwiGLU MLP) are those of ``decoder_block.py``.
 """
@@ -25,6 +28,7 @@ INTER = 256
 LAYERS = 2
 CONTEXT = 32  # tokens already in the KV cache
 SHAPES = {"bs1": 0.5, "bs8": 0.3, "bs64": 0.2}  # share of decode steps served at each batch size
+VERIFY_ONLY = ["bs2", "bs4", "bs16", "bs32"]  # also captured when serving: verified, not tuned
 
 
 class DecodeAttention(nn.Module):
@@ -87,6 +91,10 @@ def build_model() -> torch.nn.Module:
 
 def input_shapes() -> dict[str, float]:
     return dict(SHAPES)
+
+
+def verify_shapes() -> list[str]:
+    return list(VERIFY_ONLY)
 
 
 def example_inputs(seed: int = 0, shape: str | None = None) -> tuple[torch.Tensor, ...]:

@@ -163,6 +163,7 @@ def _print_summary(data: dict[str, Any]) -> None:
     from rich.table import Table
 
     from sktune.tuning.host_time import host_time_lines
+    from sktune.tuning.verified import verify_shapes_line
     from sktune.tuning.records import speedup_interval, speedup_of
 
     def us(seconds: float | None) -> str:
@@ -212,6 +213,10 @@ def _print_summary(data: dict[str, Any]) -> None:
         console.print("best vs the starting points" + emulated + ": " + "; ".join(
             f"{a['anchor']} {a['best_speedup_over']:.2f}×" + ("" if a["bitwise"] else " (not bitwise)")
             for a in beaten))
+    if data.get("verify_shapes"):  # verify_shapes(): checked bitwise, never timed
+        console.print(verify_shapes_line(data["verify_shapes"]), highlight=False, markup=False)
+    if data.get("capture_limit_warning"):
+        console.print(f"[yellow]warning:[/] {data['capture_limit_warning']}")
     for line in host_time_lines(data):  # static compile (emulated: the host time it stands for)
         console.print(line)
     for which in data.get("profile_partial") or []:  # the profile's unrecorded time is not gap

@@ -73,6 +73,8 @@ def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, An
             "input_shapes": attrs.get(StudyAttr.INPUT_SHAPES),
             # Every shape the plan was verified bitwise on (sktune.apply warns at any other).
             "verified_shapes": _verified_shapes(attrs, data),
+            # Those of verified_shapes that were only verified, never timed or tuned at (verify_shapes()).
+            "verify_only_shapes": (data.get("verify_shapes") or {}).get("shapes"),
             "shapes": data.get("shapes"),
             "n_ops": len(attrs.get(StudyAttr.OPS, [])),
             "op_types": [op["target"] for op in attrs.get(StudyAttr.OPS, [])],
@@ -83,12 +85,18 @@ def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, An
 
 
 def _verified_shapes(attrs: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
-    """Shape name -> the user inputs' [shape, dtype] there ("default" for a one-shape model)."""
+    """Shape name -> the user inputs' [shape, dtype] there ("default" for a one-shape model): the
+    tuned shapes the plan is bitwise at, then the verify-only shapes it was verified bitwise at."""
     shapes = attrs.get(StudyAttr.SHAPES)
     if not shapes:
-        return {"default": attrs.get(StudyAttr.INPUT_SHAPES)}
-    return {name: s["input_shapes"] for name, s in shapes.items() if (data.get("shapes") or {}).get(name, {}).get(
-        "verified_bitwise")}
+        verified = {"default": attrs.get(StudyAttr.INPUT_SHAPES)}
+    else:
+        verified = {name: s["input_shapes"] for name, s in shapes.items()
+                    if (data.get("shapes") or {}).get(name, {}).get("verified_bitwise")}
+    at_verify_only = (data.get("verify_shapes") or {}).get("best") or {}
+    verified.update({name: o["input_shapes"] for name, o in at_verify_only.items()
+                     if o["bitwise"] and o.get("input_shapes")})
+    return verified
 
 
 def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
@@ -106,11 +114,13 @@ def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
              else "This plan fuses nothing: every op runs as in eager mode")
     shapes = [f"{name} {s['speedup']:.2f}x" + ("" if s["verified_bitwise"] else " (NOT bitwise)")
               for name, s in (data.get("shapes") or {}).items()]
+    checked = [name for name, o in ((data.get("verify_shapes") or {}).get("best") or {}).items() if o["bitwise"]]
     return [
         f"# Measured: speedup {data['speedup']:.3f}x over unfused (95 % interval {lo:.3f}-{hi:.3f}x, {verdict}),",
         f"# baseline timed in the same run; {verified}.",
         *([f"# One plan for every served shape (the speedup above is their weighted mean): {', '.join(shapes)};",
            "# at any other input shape the plan is unverified."] if shapes else []),
+        *([f"# Also verified bitwise, not timed, at the verify-only shapes {', '.join(checked)}."] if checked else []),
         f"# {fused}.",
     ]
 

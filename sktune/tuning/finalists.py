@@ -1,5 +1,6 @@
-"""After the search: the finalists re-measured side by side with the unfused plan, then
-the baseline and the best plan profiled (busy time and gap explain the speedup)."""
+"""After the search: the finalists re-measured side by side with the unfused plan and, before
+one is named best, verified at the model's verify-only shapes (``verified.py``); then the
+baseline and the best plan profiled (busy time and gap explain the speedup)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, 
                                    speedup_of, top_records)
 from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
 from sktune.tuning.supervisor import SupervisedWorker
+from sktune.tuning.verified import all_bitwise, describe_failure, record, verify_plan, verify_shape_names
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +31,9 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     plan is named best only when its re-measured interval lies wholly below 1.0
     (``finalist_verdict``); otherwise the verdict is "keep unfused". The unfused plan
     timed as a candidate against its own baseline is the round's noise floor.
-    Several shapes: one round per shape, combined into the weighted timing.
+    Several shapes: one round per shape, combined into the weighted timing. A model with
+    verify-only shapes: the plan the rule would name is verified bitwise at each first; one
+    that is not is passed over for the next (``named_after_verification``).
     """
     finalists = top_records(study, top)
     fuse_all = anchor_record(study, FUSE_ALL)
@@ -40,11 +44,12 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     for r in measured:
         if r.plan not in plans:
             plans.append(r.plan)  # type: ignore[arg-type]
+    names = verify_shape_names(study, worker, timeout)  # recorded even when there is nothing to verify
     if not plans:
         return
-    names: list[str | None] = [name for name, _ in shapes] or [None]
+    rounds_at: list[str | None] = [name for name, _ in shapes] or [None]
     rounds: dict[str | None, tuple[PairedTiming, ...]] = {}
-    for name in names:
+    for name in rounds_at:
         request = ConfirmRequest(tuple(Plan.from_json(p) for p in plans), name)
         result = worker.confirm(request, timeout * len(plans))
         if isinstance(result, WorkerFailure):
@@ -59,11 +64,45 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
         study.set_user_attr(StudyAttr.CONFIRM_UNFUSED, entry[unfused.number])
     n_ops = len(study.user_attrs.get(StudyAttr.OPS) or [])
     fused = [(r, entry[r.number]) for r in finalists if group_ops(n_ops, Plan.from_json(r.plan).scopes)]
-    verdict = finalist_verdict([e for _, e in fused], entry[unfused.number] if unfused else None)
+    verdict = named_after_verification(study, worker, timeout, names, [e for _, e in fused],
+                                       entry[unfused.number] if unfused else None)
     if verdict is not None:
         study.set_user_attr(StudyAttr.CONFIRM_BEST, verdict)
     if fuse_all is not None:
         study.set_user_attr(StudyAttr.CONFIRM_FUSE_ALL, {**entry[fuse_all.number], "bitwise": fuse_all.feasible})
+
+
+def named_after_verification(study: optuna.Study, worker: SupervisedWorker, timeout: float, names: tuple[str, ...],
+                             fused: list[dict[str, Any]], unfused: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``finalist_verdict``, with each plan it would name verified at every verify-only shape
+    first: one that is not bitwise at one of them is dropped and the rule asked again, so a
+    plan inexact there is never named (none left: "keep unfused"). The unfused plan named is
+    verified too, for the record (it is the model's own run: it stays named)."""
+    verdict = finalist_verdict(fused, unfused)
+    if not names:
+        return verdict
+    verified: dict[int, dict[str, Any]] = {}
+    rejected: list[dict[str, Any]] = []
+    while verdict is not None and verdict["trial"] is not None:
+        number = verdict["trial"]
+        outcomes = verify_plan(worker, Plan.from_json(study.trials[number].user_attrs[TrialAttr.PLAN]), names, timeout)
+        verified[number] = outcomes
+        if all_bitwise(outcomes, names) or verdict.get("keep_unfused_reason"):
+            break
+        rejected.append(describe_failure(number, outcomes))
+        log.info("finalist passed over: %s", rejected[-1]["why"])
+        fused = [e for e in fused if e["trial"] != number]
+        verdict = finalist_verdict(fused, unfused)
+    record(study, verified)
+    if not rejected:
+        return verdict
+    why = "; ".join(r["why"] for r in rejected)
+    if verdict is None:  # every fused finalist passed over and no exact unfused trial to name
+        return {"trial": None, "bitwise": True, "keep_unfused_reason": why, "rejected_best": None,
+                "verify_rejected": rejected}
+    if verdict.get("keep_unfused_reason"):
+        verdict = {**verdict, "keep_unfused_reason": f"{why}; of the other finalists: {verdict['keep_unfused_reason']}"}
+    return {**verdict, "verify_rejected": rejected}
 
 
 def finalist_verdict(fused: list[dict[str, Any]], unfused: dict[str, Any] | None) -> dict[str, Any] | None:

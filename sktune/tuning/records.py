@@ -84,6 +84,8 @@ class StudyAttr:
     PHASES_S = "phases_s"  # seconds of the last run's search, refinement, finalists, profiles
     WHOLE_REGION_SKIPPED = "whole_region_skipped"  # why the whole-region refinement was not tried (refine.py)
     EFFECTIVE_OPTIONS_UNCHECKED = "effective_options_unchecked"  # the study's one warning: no dump compared
+    VERIFY_SHAPES = "verify_shapes"  # the model's verify-only shapes (verify_shapes()), in order; absent: none
+    VERIFIED = "verified"  # per finalist verified there: [{trial, shapes: {name: outcome}}] (tuning/verified.py)
 
 
 def is_feasible(trial: FrozenTrial) -> bool:

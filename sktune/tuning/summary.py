@@ -14,6 +14,7 @@ from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, 
                                    reused, speedup_interval, speedup_of)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
+from sktune.tuning.verified import capture_limit_warning, verify_summary
 
 
 def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[PairedTiming, bool, str]:
@@ -116,6 +117,9 @@ def summary(study: optuna.Study) -> dict[str, Any]:
                               if (out[key] or {}).get("partial")]
     out["effective_options_checked"] = effective_options_checked(study)
     out["effective_options_warning"] = study.user_attrs.get(StudyAttr.EFFECTIVE_OPTIONS_UNCHECKED)
+    # verify_shapes(): the best plan checked bitwise there, untimed (tuning/verified.py); npu: capture_limit.
+    out["verify_shapes"] = verify_summary(study, out["best_trial"])
+    out["capture_limit_warning"] = capture_limit_warning(study)
     return out
 
 

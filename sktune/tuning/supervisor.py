@@ -15,10 +15,12 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
+from sktune.errors import SktuneError
 from sktune.plan import Plan
 from sktune.pipe.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, MalformedResult,
                                   ProfileRequest, ProfileResult, RunnerConfig, TimingUpdate, TrialRequest, TrialResult,
                                   WorkerFailure)
+from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
 from sktune.pipe.workload import Workload
 from sktune.worker.serve import serve
 
@@ -78,7 +80,16 @@ class SupervisedWorker:
     def profile(self, request: ProfileRequest, timeout: float) -> ProfileResult | WorkerFailure:
         return self._typed("profile", request.to_json(), timeout, ProfileResult.from_json)
 
-    def _typed(self, command: str, payload: dict[str, Any], timeout: float,
+    def verify_shapes(self, timeout: float) -> VerifyOnlyShapes | WorkerFailure:
+        """The model's verify-only shapes (none captured yet: the worker only names them)."""
+        return self._typed("verify_shapes", None, timeout, VerifyOnlyShapes.from_json)
+
+    def verify(self, request: VerifyRequest, timeout: float) -> VerifyResult | WorkerFailure:
+        """The plan verified bitwise at one verify-only shape, untimed (the first time there, the
+        worker captures that shape and takes its references too)."""
+        return self._typed("verify", request.to_json(), timeout, VerifyResult.from_json)
+
+    def _typed(self, command: str, payload: dict[str, Any] | None, timeout: float,
                parse: Callable[[Any], T]) -> T | WorkerFailure:
         """One request; its answer parsed, or a failure (a malformed answer is one too)."""
         answer = self.request(command, payload, timeout)

@@ -24,7 +24,9 @@ from sktune.plan import Plan, Scope
 from sktune.worker.probe import across_shapes, probe_exactness
 from sktune.pipe.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, ProfileRequest,
                                     ProfileResult, StaticCompile, TimingUpdate, TrialRequest, TrialResult)
+from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
 from sktune.worker.startup import RunnerConfig, ShapeSet, load_model, signature
+from sktune.worker.verify_only import VerifyOnly
 from sktune.pipe.workload import ServedShape, Workload
 from sktune.verify import compare_outputs, flatten_outputs
 
@@ -48,6 +50,8 @@ class TrialRunner:
         primary = self.shape(None)
         self.graph, self.inputs, self.args = primary.graph, primary.inputs, primary.args
         self.reference_fn, self.references = primary.reference_fn, primary.references
+        # Named only: each is captured when a plan is first verified there (start-up pays nothing).
+        self.verify_only = VerifyOnly(loaded.verify_names, self.source, loaded.model, self.backend, config, primary)
         clock = time.perf_counter()
         self.backend.observe(lambda: self.reference_fn(*self.args[0]))
         self.startup_s["reference"] += time.perf_counter() - clock
@@ -175,6 +179,14 @@ class TrialRunner:
                 samples[k][0].extend(b)
                 samples[k][1].extend(c)
         return ConfirmResult(tuple(paired_timing(b, c) for b, c in samples))
+
+    def verify_shapes(self) -> VerifyOnlyShapes:
+        """The model's verify-only shapes (``verify_shapes()``), in its order."""
+        return VerifyOnlyShapes(self.verify_only.names)
+
+    def verify(self, request: VerifyRequest) -> VerifyResult:
+        """Compile the plan at a verify-only shape and compare it bitwise there; no timing."""
+        return self.verify_only.verify(request.plan, request.shape)
 
     def mismatches(self, plan: Plan, shape: str | None = None) -> int:
         """How many outputs differ from the reference, over all input sets of ``shape``."""

@@ -15,6 +15,7 @@ from typing import Any
 from sktune.child_process import die_with_parent
 from sktune.errors import SktuneError
 from sktune.pipe.protocol import BisectRequest, ConfirmRequest, ProfileRequest, TrialRequest
+from sktune.pipe.verify_shapes import VerifyRequest
 
 
 def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, parent_pid: int | None = None) -> None:
@@ -56,6 +57,8 @@ def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, paren
                 "confirm": lambda p: runner.confirm(ConfirmRequest.from_json(p)).to_json(),
                 "profile": lambda p: runner.profile(ProfileRequest.from_json(p)).to_json(),
                 "bisect": lambda p: runner.bisect(BisectRequest.from_json(p)).to_json(),
+                "verify_shapes": lambda p: runner.verify_shapes().to_json(),
+                "verify": lambda p: runner.verify(VerifyRequest.from_json(p)).to_json(),
             }[command]
             conn.send(("ok", handler(payload)))
         except Exception as exc:

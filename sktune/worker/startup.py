@@ -1,5 +1,6 @@
 """Worker start-up: load the model file, draw the input sets, capture one graph per served
-shape and take its unfused references, with the checks a user's model must pass.
+shape and take its unfused references, with the checks a user's model must pass. Verify-only
+shapes are only named here: ``verify_only.py`` captures them when a plan is first verified there.
 
 The worker side of the pipe (``tuning/supervisor.py`` starts it, ``serve.py`` is its main loop); ``runner.py`` then applies,
 verifies and measures plans on what this loaded.
@@ -18,7 +19,7 @@ from sktune.backends import Backend
 from sktune.errors import CaptureError, ModelFileError, NondeterministicModelError
 from sktune.graph.capture_cache import capture_cached
 from sktune.graph.opgraph import OpGraph
-from sktune.load import ModelSource, build, draw_inputs, load_model_file, shape_weights
+from sktune.load import ModelSource, build, draw_inputs, load_model_file, shape_weights, verify_shape_names
 from sktune.pipe.protocol import RunnerConfig
 from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
 
@@ -49,6 +50,8 @@ class LoadedModel:
     shape_sets: dict[str | None, ShapeSet]
     capture_reused: bool  # every shape's graph came from the capture cache
     startup_s: dict[str, float]
+    model: torch.nn.Module | None = None  # kept to capture the verify-only shapes later
+    verify_names: tuple[str, ...] = ()  # verify_shapes(): captured on first use, not here
 
 
 def load_model(config: RunnerConfig, backend: Backend) -> LoadedModel:
@@ -59,12 +62,13 @@ def load_model(config: RunnerConfig, backend: Backend) -> LoadedModel:
     device = backend.device
     model = build(source).to(device)
     weights = shape_weights(source, config.shapes)
+    verify_names = verify_shape_names(source)  # checked now; drawn and captured on first use
     # The heaviest shape first: it is measured first and prunes for the others.
     names: list[str | None] = sorted(weights, key=lambda n: -weights[n]) or [None]
     drawn = {name: [tuple(t.to(device) for t in draw_inputs(source, seed, name))
                     for seed in range(config.input_sets)] for name in names}
     for inputs in drawn.values():
-        _check_same_signature(inputs, source.path)
+        check_same_signature(inputs, source.path)
     _check_outputs_and_mutation(model, drawn[names[0]][0], source.path)
     startup_s["load"] = time.perf_counter() - clock
     clock = time.perf_counter()
@@ -72,13 +76,14 @@ def load_model(config: RunnerConfig, backend: Backend) -> LoadedModel:
     captured = {name: capture_cached(model, drawn[name][0], capture_dir, source.sha256) for name in names}
     graphs = {name: graph for name, (graph, _) in captured.items()}
     for name in names[1:]:
-        _check_same_ops(graphs[names[0]], graphs[name], names[0], name)
+        check_same_ops(graphs[names[0]], graphs[name], names[0], name)
     startup_s["capture"] = time.perf_counter() - clock
     clock = time.perf_counter()
     shape_sets = {name: shape_set(backend, name, weights.get(name or "", 1.0), graphs[name], drawn[name])
                   for name in names}
     startup_s["reference"] = time.perf_counter() - clock
-    return LoadedModel(source, weights, shape_sets, all(reused for _, reused in captured.values()), startup_s)
+    return LoadedModel(source, weights, shape_sets, all(reused for _, reused in captured.values()), startup_s,
+                       model, verify_names)
 
 
 def shape_set(backend: Backend, name: str | None, weight: float, graph: OpGraph,
@@ -100,7 +105,7 @@ def shape_set(backend: Backend, name: str | None, weight: float, graph: OpGraph,
     return ShapeSet(name, weight, graph, inputs, args, reference_fn, references)
 
 
-def _check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path) -> None:
+def check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path) -> None:
     first = [(tuple(t.shape), t.dtype) for t in input_sets[0]]
     for seed, inputs in enumerate(input_sets[1:], start=1):
         if [(tuple(t.shape), t.dtype) for t in inputs] != first:
@@ -115,7 +120,7 @@ def signature(inputs: tuple[torch.Tensor, ...]) -> list[list[Any]]:
     return [[list(t.shape), str(t.dtype)] for t in inputs]
 
 
-def _check_same_ops(first: OpGraph, other: OpGraph, first_name: str | None, other_name: str | None) -> None:
+def check_same_ops(first: OpGraph, other: OpGraph, first_name: str | None, other_name: str | None) -> None:
     """Op indices, and so plans, must mean the same at every shape: the same ops, in order."""
     for a, b in zip(first.ops, other.ops):
         if (a.target, a.module) != (b.target, b.module):

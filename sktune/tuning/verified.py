@@ -1,0 +1,128 @@
+"""The verify-only shapes on the tuner's side: each finalist verified there before it can be
+named best, what was verified recorded in the study, and read back for the summary.
+
+A serving stack captures many more shapes than are worth tuning at (vLLM: batch 1, 2, 4, then
+multiples of 8). The model file names them in ``verify_shapes()``: never timed, never tuned
+at, but the plan named best must be bitwise at each (``finalists.py`` asks ``verify_plan``
+before naming one). The study stores the names (``StudyAttr.VERIFY_SHAPES``) and, per
+verified trial, shape -> bitwise / mismatches / reason (``StudyAttr.VERIFIED``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import optuna
+
+from sktune.backends.npu_option_schema import TOP_LEVEL_SCHEMA
+from sktune.pipe.protocol import WorkerFailure
+from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
+from sktune.plan import Plan
+from sktune.tuning.records import StudyAttr
+
+if TYPE_CHECKING:  # the summary reads this module without starting any worker
+    from sktune.tuning.supervisor import SupervisedWorker
+
+log = logging.getLogger(__name__)
+
+#: npugraph_ex's default ``capture_limit``: captures per graph before it runs eager (docs/npu_api.md).
+CAPTURE_LIMIT = next(k.default for k in TOP_LEVEL_SCHEMA if k.name == "capture_limit")
+
+
+def verify_shape_names(study: optuna.Study, worker: SupervisedWorker, timeout: float) -> tuple[str, ...]:
+    """The model's verify-only shapes, asked of the worker once and stored in the study.
+
+    A worker that cannot verify (a test double answering only the timing round) declares none."""
+    ask = getattr(worker, "verify_shapes", None)
+    answer = ask(timeout) if ask is not None else None
+    if isinstance(answer, WorkerFailure):
+        log.warning("asking the worker for the verify-only shapes failed: %s", answer.reason)
+    names = answer.names if isinstance(answer, VerifyOnlyShapes) else ()
+    if names or StudyAttr.VERIFY_SHAPES in study.user_attrs:  # a model that dropped them: say so too
+        study.set_user_attr(StudyAttr.VERIFY_SHAPES, list(names))
+    return names
+
+
+def verify_plan(worker: SupervisedWorker, plan: Plan, names: Sequence[str], timeout: float) -> dict[str, Any]:
+    """``plan`` verified at each verify-only shape in order: shape -> outcome as JSON. It stops at
+    the first shape where it is not bitwise (the plan is out then; the rest would cost compiles)."""
+    outcomes: dict[str, Any] = {}
+    for name in names:
+        # The first plan verified at a shape also pays its capture and references: twice a trial's time.
+        result = worker.verify(VerifyRequest(plan, name), 2 * timeout)
+        if isinstance(result, WorkerFailure):  # a compile error or a hang there: not verified
+            result = VerifyResult(name, 0, f"the worker gave no answer ({result.reason})")
+        outcomes[name] = {k: v for k, v in result.to_json().items() if k != "shape"}
+        if not result.bitwise:
+            break
+    return outcomes
+
+
+def all_bitwise(outcomes: dict[str, Any], names: Sequence[str]) -> bool:
+    return all(outcomes.get(name, {}).get("bitwise") for name in names)
+
+
+def first_failure(outcomes: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    return next(((name, o) for name, o in outcomes.items() if not o["bitwise"]), None)
+
+
+def describe_failure(number: int, outcomes: dict[str, Any]) -> dict[str, Any]:
+    """A finalist passed over: its trial, the first shape it failed at, the mismatch count or
+    the reason, and ``why`` in words (``trial #5 is not bitwise at verify-only shape 'bs4' (...)``)."""
+    failed = first_failure(outcomes)
+    assert failed is not None
+    name, o = failed
+    why = o["reason"] or f"{o['mismatches']} output(s) differ"
+    return {"trial": number, "shape": name, "mismatches": o["mismatches"], "reason": o["reason"],
+            "why": f"trial #{number} is not bitwise at verify-only shape {name!r} ({why})"}
+
+
+def record(study: optuna.Study, verified: dict[int, dict[str, Any]]) -> None:
+    """What was verified, per trial (``StudyAttr.VERIFIED``)."""
+    study.set_user_attr(StudyAttr.VERIFIED, [{"trial": n, "shapes": o} for n, o in verified.items()])
+
+
+def verify_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any] | None:
+    """The summary's ``verify_shapes``: the declared verify-only shapes, the best plan's outcome
+    at each (None: not verified, e.g. no finalists' round), the finalists rejected there and the
+    seconds all verification took. None: the model declares none."""
+    names = study.user_attrs.get(StudyAttr.VERIFY_SHAPES)
+    if not names:
+        return None
+    verified = {v["trial"]: v["shapes"] for v in study.user_attrs.get(StudyAttr.VERIFIED) or []}
+    best = verified.get(best_trial) if best_trial is not None else None
+    confirm = study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}
+    return {
+        "shapes": list(names),
+        "best": best,
+        "verified_bitwise": best is not None and all_bitwise(best, names),
+        "rejected": confirm.get("verify_rejected") or [],
+        "seconds": sum(o.get("seconds") or 0.0 for shapes in verified.values() for o in shapes.values()),
+    }
+
+
+def capture_limit_warning(study: optuna.Study) -> str | None:
+    """npu: one line when the tuned plus verify-only shapes exceed npugraph_ex's ``capture_limit``."""
+    if study.user_attrs.get(StudyAttr.BACKEND) != "npu":
+        return None
+    tuned = len(study.user_attrs.get(StudyAttr.SHAPES) or {}) or 1
+    verify = len(study.user_attrs.get(StudyAttr.VERIFY_SHAPES) or [])
+    if tuned + verify <= CAPTURE_LIMIT:
+        return None
+    return (f"{tuned + verify} shapes declared ({tuned} tuned + {verify} verify-only), more than npugraph_ex's "
+            f"capture_limit ({CAPTURE_LIMIT} by default): past it a graph runs eager, without SuperKernel; set "
+            f"capture_limit to at least {tuned + verify} in the torch.compile options")
+
+
+def verify_shapes_line(verify: dict[str, Any]) -> str:
+    """The CLI's one line on the verify-only shapes (the summary's ``verify_shapes``)."""
+    names, best = verify["shapes"], verify["best"]
+    rejected = "".join(f"; passed over: {r['why']}" for r in verify["rejected"])
+    if best is None:
+        return f"verify-only shapes {', '.join(names)}: the best plan was not verified there{rejected}"
+    passed = [n for n in names if (best.get(n) or {}).get("bitwise")]
+    verdict = "bitwise at all" if len(passed) == len(names) else f"NOT bitwise at {len(names) - len(passed)}"
+    return (f"verify-only shapes ({len(names)}: {', '.join(names)}; not timed): best plan {verdict}"
+            f"{rejected}; verification took {verify['seconds']:.1f} s")

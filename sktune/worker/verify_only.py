@@ -1,0 +1,72 @@
+"""The verify-only shapes in the worker (``verify_shapes()`` in the model file).
+
+Each is drawn, captured and given its unfused references the first time a plan is verified
+there, then kept: start-up does not pay for shapes that only the finalists are checked at.
+A plan is compiled at such a shape and compared bit for bit on its input sets; nothing is
+timed there. A shape that cannot be verified (its graph has other ops, so the plan cannot
+mean the same; its inputs cannot be drawn; its unfused run is nondeterministic) is answered
+with the reason, which the tuner counts as a failure to verify.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from sktune.backends import Backend
+from sktune.errors import SktuneError
+from sktune.graph.capture_cache import capture_cached
+from sktune.load import ModelSource, draw_inputs
+from sktune.pipe.protocol import RunnerConfig
+from sktune.pipe.verify_shapes import VerifyResult
+from sktune.plan import Plan
+from sktune.verify import compare_outputs, flatten_outputs
+from sktune.worker.startup import ShapeSet, check_same_ops, check_same_signature, shape_set, signature
+
+
+class VerifyOnly:
+    """The verify-only shapes of one loaded model, prepared on first use."""
+
+    def __init__(self, names: tuple[str, ...], source: ModelSource, model: torch.nn.Module | None,
+                 backend: Backend, config: RunnerConfig, primary: ShapeSet) -> None:
+        self.names = names
+        self._source, self._model, self._backend, self._config, self._primary = (source, model, backend, config,
+                                                                                  primary)
+        # Per shape: its set, or why it cannot be verified, and its inputs' [shape, dtype] when drawn.
+        self._prepared: dict[str, tuple[ShapeSet | str, list[list[object]] | None]] = {}
+
+    def verify(self, plan: Plan, name: str) -> VerifyResult:
+        """``plan`` compiled at ``name`` and compared with that shape's unfused run on each input set."""
+        if name not in self.names:
+            raise ValueError(f"unknown verify-only shape {name!r} (known: {', '.join(self.names) or 'none'})")
+        started = time.perf_counter()
+        at, inputs = self._prepare(name)
+        if isinstance(at, str):
+            return VerifyResult(name, 0, at, inputs, time.perf_counter() - started)
+        candidate = self._backend.compile(at.graph, plan)
+        mismatches = sum(len(compare_outputs(ref, flatten_outputs(candidate(*args))))
+                         for ref, args in zip(at.references, at.args))
+        return VerifyResult(name, mismatches, None, inputs, time.perf_counter() - started)
+
+    def _prepare(self, name: str) -> tuple[ShapeSet | str, list[list[object]] | None]:
+        if name not in self._prepared:
+            self._prepared[name] = self._capture(name)
+        return self._prepared[name]
+
+    def _capture(self, name: str) -> tuple[ShapeSet | str, list[list[object]] | None]:
+        """The shape's set, as start-up builds a tuned shape's; a user mistake there is the reason."""
+        source, config, device = self._source, self._config, self._backend.device
+        inputs = None
+        try:
+            drawn = [tuple(t.to(device) for t in draw_inputs(source, seed, name)) for seed in range(config.input_sets)]
+            inputs = signature(drawn[0])
+            check_same_signature(drawn, source.path)
+            assert self._model is not None, "the loaded model was not kept"
+            capture_dir = None if config.capture_cache is None else Path(config.capture_cache)
+            graph, _ = capture_cached(self._model, drawn[0], capture_dir, source.sha256)
+            check_same_ops(self._primary.graph, graph, self._primary.name, name)
+            return shape_set(self._backend, name, 0.0, graph, drawn), inputs
+        except SktuneError as exc:  # the model file's mistake at this shape: not verifiable, say why
+            return f"not verifiable: {exc}", inputs
