@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sktune.space.search_space import NO_SCOPES, SearchSpace
+from sktune.space.search_space import NO_SCOPES, UNFUSED, SearchSpace
 
 Anchor = tuple[str, dict[str, Any]]
 # A whole module-path segment: ``mlp``, ``block_sparse_moe``, ``shared_expert``, ``ffn2``; not a
@@ -53,7 +53,7 @@ def superkernel_anchors(space: SearchSpace, modules: Sequence[str]) -> list[Anch
     n = len(space.blocks)
     defaults = _defaults(space)
     everything, nothing = [True] * n, [False] * n
-    anchors: list[Anchor] = [("unfused", space.params_for(nothing, **defaults))]
+    anchors: list[Anchor] = [(UNFUSED, space.params_for(nothing, **defaults))]
     if space.unmarked_choice:
         anchors.append(("no-scopes", {**space.params_for(everything, **defaults), NO_SCOPES: True}))
     anchors.append(("full-model", space.params_for(everything, **defaults)))

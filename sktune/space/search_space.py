@@ -24,6 +24,7 @@ from sktune.plan import Plan, Scope
 from sktune.space.scope_cap import over_cap, reuse_names
 
 FUSE_ALL = "fuse-all"  # the fuse-all yardstick's anchor: the compiler's own whole-graph fusion
+UNFUSED = "unfused"  # the anchor that fuses nothing: the baseline measured as a candidate
 
 FUSE, EAGER = "fuse", "eager"
 NO_SCOPES = "no_scopes"  # no markers at all: the compiler picks what to fuse (npu's default)
@@ -214,7 +215,7 @@ class SearchSpace:
         variants = [(f"fuse-all+{name}", self.params_for(everything, **{name: exact[name]}))
                     for name in self.fuse_all_variants if name in exact]
         candidates = [
-            ("unfused", self.params_for(nothing)),
+            (UNFUSED, self.params_for(nothing)),
             (FUSE_ALL, self.params_for(everything)),  # its option overrides: fuse_all_overrides
             *variants,
             ("fuse-all+fallbacks", self.params_for(everything, fallbacks=self.fallbacks)),
