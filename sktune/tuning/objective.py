@@ -28,12 +28,15 @@ from sktune.plan import Plan
 from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.dcci_seed import enqueue_dcci_seed
 from sktune.pipe.protocol import TrialRequest, TrialWorker, WorkerFailure
-from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr, write_failure, write_result, write_timing
+from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
 from sktune.tuning.reuse import MeasuredPlans, take_outcome
 from sktune.tuning.sampler import hopeless_filter
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing
 from sktune.tuning.storage import worker_tag
 from sktune.tuning.trial_notes import note_result
+from sktune.tuning.trial_writer import (mark_pruned, mark_skipped, record_compiled, record_diagnosis,
+                                        record_failing_range, record_mismatches, record_overhead, record_plan,
+                                        record_shapes, record_worker, write_failure, write_result, write_timing)
 
 DEVICE_LOG_HINT = "per-core op progress is in the device log (ASCEND_PROCESS_LOG_PATH, else ~/ascend/log)"
 
@@ -73,11 +76,8 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             return
         diagnoses_left[0] -= 1
         rerun = worker.run(TrialRequest(diagnostic), timeout)
-        trial.set_user_attr(TrialAttr.DIAGNOSIS, {
-            "plan": diagnostic.to_json(),
-            "outcome": rerun.reason if isinstance(rerun, WorkerFailure) else "completed with debug options",
-            "where": DEVICE_LOG_HINT,
-        })
+        outcome = rerun.reason if isinstance(rerun, WorkerFailure) else "completed with debug options"
+        record_diagnosis(trial, diagnostic, outcome, DEVICE_LOG_HINT)
 
     def objective(trial: optuna.Trial) -> float:
         anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
@@ -86,20 +86,17 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         overrides = space.fuse_all_overrides if anchor == FUSE_ALL else (
             trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {})
         plan = space.with_options(space.suggest(trial), overrides)
-        if overrides:
-            trial.set_user_attr(TrialAttr.OPTION_OVERRIDES, overrides)
-        trial.set_user_attr(TrialAttr.PLAN, plan.to_json())
-        trial.set_user_attr(TrialAttr.WORKER, worker_tag())  # lets a resumed run fail this trial if we die
+        record_plan(trial, plan, overrides)
+        record_worker(trial, worker_tag())  # lets a resumed run fail this trial if we die
         # Over the backend's scope cap the compile would be refused: skipped, anchor or not
         # (a decoded plan never is; a plan from elsewhere may be, space/scope_cap.py).
         hopeless = space.over_cap(plan) if anchor or probe_skip is None else probe_skip(plan)
         if hopeless:  # refused or known not to be bitwise: not worth a compile
-            trial.set_user_attr(TrialAttr.COMPILED, False)
-            trial.set_user_attr(TrialAttr.SKIPPED, f"skipped: {hopeless}")
+            mark_skipped(trial, hopeless)
             raise optuna.TrialPruned(hopeless)
         # No plan is measured twice (tuning/reuse.py); an anchor is timed fully, never pruned.
         earlier = measured.find(trial.study, plan, pruned=not anchor)
-        trial.set_user_attr(TrialAttr.COMPILED, earlier is None)
+        record_compiled(trial, earlier is None)
         if earlier is not None:
             state = take_outcome(trial, earlier)
             if state == TrialState.FAIL:
@@ -118,7 +115,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         write_result(trial, result)
         note_result(trial, result)
         overhead_s = wall - result.measure_s
-        trial.set_user_attr(TrialAttr.OVERHEAD_S, overhead_s)
+        record_overhead(trial, overhead_s)
         timing, measure_s = result.timing, result.measure_s
         # An inexact candidate is rejected whatever its speed: one step of timing is enough
         # (anchors are timed fully: fuse-all's time is the yardstick for what exactness costs).
@@ -129,7 +126,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             if not anchor and trial.should_prune():
                 reason = f"pruned: slower than the best exact trial after {done} batch pairs"
                 write_timing(trial, timing, measure_s)
-                trial.set_user_attr(TrialAttr.PRUNED, reason)
+                mark_pruned(trial, reason)
                 raise optuna.TrialPruned(reason)
             more = worker.more(chunk, timeout)
             if isinstance(more, WorkerFailure):
@@ -147,25 +144,25 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
                         raise fail(trial, other)
                     note_result(trial, other)
                     overhead_s += time.perf_counter() - started - other.measure_s
-                    trial.set_user_attr(TrialAttr.OVERHEAD_S, overhead_s)  # compile + verify at every shape
+                    record_overhead(trial, overhead_s)  # compile + verify at every shape
                     outcomes[name] = ShapeOutcome(weight, other.timing, len(other.mismatches))
                     measure_s += other.measure_s
                     if other.mismatches:
                         found += [{"shape": name, **m} for m in other.mismatches]
-                        trial.set_user_attr(TrialAttr.MISMATCHES, found[:20])
+                        record_mismatches(trial, found[:20])
                         if not anchor:
                             break  # not exact at this shape: rejected, the rest would not change that
-            trial.set_user_attr(TrialAttr.SHAPES, {n: o.to_json() for n, o in outcomes.items()})
+            record_shapes(trial, outcomes)
             timing = weighted_timing(outcomes)
             mismatches = sum(o.mismatches for o in outcomes.values())
         write_timing(trial, timing, measure_s)
         trial.set_constraint(BITWISE_CONSTRAINT, float(mismatches))
         if result.mismatches and rules.bisect_runs > 0:
-            found = worker.bisect(plan, rules.bisect_runs, timeout)
-            if not isinstance(found, WorkerFailure):
-                trial.set_user_attr(TrialAttr.SMALLEST_FAILING_RANGE, found.to_json())
+            failing = worker.bisect(plan, rules.bisect_runs, timeout)
+            if not isinstance(failing, WorkerFailure):
+                record_failing_range(trial, failing)
                 # npu: the plan again, flushed only at the culprit (the fastest inexact plan's only)
-                enqueue_dcci_seed(trial, space, found, float(timing.ratio))
+                enqueue_dcci_seed(trial, space, failing, float(timing.ratio))
         return float(timing.ratio)
 
     return objective

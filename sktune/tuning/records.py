@@ -1,8 +1,7 @@
 """What a study holds, read back: every attribute key, the feasibility rule, the
 ``TrialRecord`` read model that the summary, the report and the export use, and stored
-timings read back as ``PairedTiming`` (``stored_timing``, ``timing_of``). Beside the
-reader, the writers of a worker's answer (``write_result``, ``write_timing``,
-``write_failure``).
+timings read back as ``PairedTiming`` (``stored_timing``, ``timing_of``). The trial
+attributes' writers sit beside it (``trial_writer.py``).
 
 Keys are written and read only through these names; JSON stays at the storage edge.
 """
@@ -18,7 +17,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
-from sktune.pipe.protocol import TrialResult, WorkerFailure
 from sktune.space.search_space import FUSE_ALL
 
 BITWISE_CONSTRAINT = "bitwise"  # the trial's constraint: its mismatch count (≤ 0: exact)
@@ -145,30 +143,6 @@ def speedup_interval(ratio_ci: tuple[float, float] | list[float]) -> tuple[float
     """A time ratio's interval as a speedup interval (ratio < 1 is a speedup > 1)."""
     lo, hi = ratio_ci
     return speedup_of(hi), speedup_of(lo)
-
-
-def write_result(trial: optuna.Trial, result: TrialResult) -> None:
-    """A worker's result on ``trial``: mismatches, groups, regions, compile and verify
-    seconds, observed facts (the timing is written once the last step is timed: ``write_timing``)."""
-    trial.set_user_attr(TrialAttr.MISMATCHES, list(result.mismatches))
-    trial.set_user_attr(TrialAttr.GROUPS, [list(g) for g in result.groups])
-    trial.set_user_attr(TrialAttr.REGIONS, [list(r) for r in result.regions])
-    trial.set_user_attr(TrialAttr.COMPILE_S, result.compile_s)
-    trial.set_user_attr(TrialAttr.VERIFY_S, result.verify_s)
-    trial.set_user_attr(TrialAttr.OBSERVED, result.observed)
-
-
-def write_timing(trial: optuna.Trial, timing: PairedTiming, measure_s: float) -> None:
-    """The trial's timing so far (``TrialRecord.timing`` reads it back) and the seconds it took."""
-    trial.set_user_attr(TrialAttr.TIMING, timing.to_json())
-    trial.set_user_attr(TrialAttr.MEASURE_S, measure_s)
-
-
-def write_failure(trial: optuna.Trial, failure: WorkerFailure) -> None:
-    """Why the worker gave no answer (``TrialRecord.failure``), and its traceback's end."""
-    trial.set_user_attr(TrialAttr.FAILURE, failure.reason)
-    if failure.trace:
-        trial.set_user_attr(TrialAttr.FAILURE_TRACE, failure.trace[-4000:])
 
 
 @dataclass(frozen=True)

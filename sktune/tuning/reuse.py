@@ -38,12 +38,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sktune.plan import Plan
 from sktune.tuning.records import TrialAttr, reused, skipped
+from sktune.tuning.trial_writer import INTERRUPTED, record_reused
 
 # The result attributes a copy carries. Costs (compile_s, measure_s, overhead_s,
 # static_compile) and the run's own facts (observed) stay with the trial that paid them.
 RESULT_ATTRS = (TrialAttr.TIMING, TrialAttr.MISMATCHES, TrialAttr.SHAPES, TrialAttr.GROUPS, TrialAttr.REGIONS,
                 TrialAttr.SMALLEST_FAILING_RANGE, TrialAttr.PRUNED, TrialAttr.FAILURE)
-INTERRUPTED = "interrupted:"  # the start of storage.fail_orphaned_trials' reason
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 NOT_PRUNED = (TrialState.COMPLETE, TrialState.FAIL)
 
@@ -83,10 +83,7 @@ class MeasuredPlans:
 def take_outcome(trial: optuna.Trial, earlier: FrozenTrial) -> TrialState:
     """Record ``earlier``'s outcome on ``trial`` (attributes, constraint, intermediate
     values) and return the state ``trial`` must end in; the caller ends it so."""
-    trial.set_user_attr(TrialAttr.REUSED_FROM, earlier.number)
-    for key in RESULT_ATTRS:
-        if key in earlier.user_attrs:
-            trial.set_user_attr(key, earlier.user_attrs[key])
+    record_reused(trial, earlier, RESULT_ATTRS)
     for name, value in earlier.constraints.items():
         trial.set_constraint(name, value)
     if earlier.state == TrialState.PRUNED:

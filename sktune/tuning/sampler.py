@@ -38,6 +38,7 @@ from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 from sktune.tuning.move_model import rank
 from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, reused, skipped
+from sktune.tuning.trial_writer import record_proposed
 
 N_STARTUP = 10  # random trials before TPE in a study without starting points
 NO_SCOPES_SHARE = 0.1  # how often a random start-up trial is a no-scope plan
@@ -77,7 +78,7 @@ class SktuneSampler(optuna.samplers.BaseSampler):
         if proposal is not None:
             self._proposals[trial.number] = proposal
         how = "local: " + proposal.move if proposal else "random" if self._starting(study) else "tpe"
-        study._storage.set_trial_user_attr(trial._trial_id, TrialAttr.PROPOSED, how)
+        record_proposed(study, trial, how)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: list[float] | None) -> None:

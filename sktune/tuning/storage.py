@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from sktune.errors import SktuneError
 from sktune.tuning.records import TrialAttr
+from sktune.tuning.trial_writer import mark_interrupted
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def fail_orphaned_trials(study: optuna.Study, storage: BaseStorage) -> list[int]
         if not tag or tag.get("host") != host or _alive(int(tag["pid"])) or tag.get("pid") == os.getpid():
             continue
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
-        storage.set_trial_user_attr(trial_id, TrialAttr.FAILURE, "interrupted: its sktune process was killed")
+        mark_interrupted(storage, trial_id)
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         failed.append(trial.number)
     if failed:

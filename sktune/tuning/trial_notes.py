@@ -11,7 +11,8 @@ import optuna
 
 from sktune.backends.npu_meta import RECOGNISED_FORMS
 from sktune.pipe.protocol import TrialResult
-from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.records import StudyAttr
+from sktune.tuning.trial_writer import add_static_compile
 
 log = logging.getLogger(__name__)
 
@@ -19,13 +20,8 @@ log = logging.getLogger(__name__)
 def note_result(trial: optuna.Trial, result: TrialResult) -> None:
     """Add ``result``'s static compile to the trial's, and warn once per study about an
     absent or unrecognised effective-options dump (it never fails the trial)."""
-    static = result.static_compile
-    if static is not None:
-        total = trial.user_attrs.get(TrialAttr.STATIC_COMPILE) or {"seconds": 0.0, "uncached_s": None,
-                                                                    "emulated": static.emulated}
-        uncached = None if static.uncached_s is None else (total["uncached_s"] or 0.0) + static.uncached_s
-        trial.set_user_attr(TrialAttr.STATIC_COMPILE, {"seconds": total["seconds"] + static.seconds,
-                                                       "uncached_s": uncached, "emulated": static.emulated})
+    if result.static_compile is not None:
+        add_static_compile(trial, result.static_compile)
     status = result.observed.get("effective_options")
     if status in (None, "checked") or StudyAttr.EFFECTIVE_OPTIONS_UNCHECKED in trial.study.user_attrs:
         return
