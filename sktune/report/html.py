@@ -1,14 +1,12 @@
 """One self-contained HTML file per study: plotly.js embedded once, no network needed.
 
 Every string that reaches the page from the study (op types, module paths, file names,
-failure messages, kernel names) goes through ``html.escape`` here or in ``figures``.
+failure messages, kernel names) goes through ``html.escape`` here, in ``html_table`` or in ``figures``.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Iterable, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ import optuna
 import pandas as pd
 
 from sktune.report import data, figures, trials_data
+from sktune.report.html_table import SORT_JS, cell, esc, interval, num, table
 from sktune.tuning.records import StudyAttr, TrialAttr, speedup_of
 
 log = logging.getLogger(__name__)
@@ -35,59 +34,6 @@ details{border:1px solid #ddd;border-radius:4px;padding:6px 10px;margin:6px 0}su
 code{background:#f4f4f4;padding:1px 4px;border-radius:3px}
 """
 
-# Click a header to sort by it; click again to reverse. Numbers sort numerically, blanks last.
-_SORT_JS = """
-document.querySelectorAll('table.sortable th').forEach(function (th) {
-  th.addEventListener('click', function () {
-    var table = th.closest('table'), body = table.tBodies[0], col = th.cellIndex;
-    var asc = th.getAttribute('data-dir') !== 'asc';
-    table.querySelectorAll('th').forEach(function (h) { h.removeAttribute('data-dir'); });
-    th.setAttribute('data-dir', asc ? 'asc' : 'desc');
-    var key = function (row) { return row.cells[col].getAttribute('data-v') || ''; };
-    var rows = Array.prototype.slice.call(body.rows);
-    rows.sort(function (a, b) {
-      var x = key(a), y = key(b);
-      if (x === '' || y === '') { return (x === '') - (y === ''); }
-      var nx = Number(x), ny = Number(y), c;
-      c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
-      return asc ? c : -c;
-    });
-    rows.forEach(function (r) { body.appendChild(r); });
-  });
-});
-"""
-
-
-def _e(value: Any) -> str:
-    return escape(str(value))
-
-
-def _num(value: Any, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    return format(value, fmt)
-
-
-def _cell(value: Any, display: str | None = None) -> str:
-    """A table cell: ``display`` is pre-escaped markup; ``value`` (escaped) is what sorts."""
-    blank = value is None or (isinstance(value, float) and math.isnan(value))
-    key = "" if blank else _e(value)
-    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    cls = ' class="num"' if numeric else ""
-    return f'<td{cls} data-v="{key}">{display if display is not None else ("" if blank else _e(value))}</td>'
-
-
-def _table(headers: Sequence[str] | None, rows: Iterable[Sequence[str]], sortable: bool = False) -> str:
-    head = "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in headers) + "</tr></thead>" if headers else ""
-    body = "".join("<tr>" + "".join(r) + "</tr>" for r in rows)
-    cls = ' class="sortable"' if sortable else ""
-    return f"<table{cls}>{head}<tbody>{body}</tbody></table>"
-
-
-def _interval(lo: Any, hi: Any) -> str:
-    return "—" if lo is None or pd.isna(lo) else f"[{lo:.3f}, {hi:.3f}]"
-
-
 class _Figures:
     """Embeds plotly.js with the first figure only; the others reuse it."""
 
@@ -103,26 +49,26 @@ class _Figures:
 # ---------------------------------------------------------------- sections
 
 def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
-    env = _table(None, ([f"<th>{_e(k)}</th>", _cell(v)] for k, v in data.environment(study).items()))
+    env = table(None, ([f"<th>{esc(k)}</th>", cell(v)] for k, v in data.environment(study).items()))
     comp = data.comparison(summary)
     rows = []
     for r in comp.itertuples():
         cls = {"yes": "ok", "no": "bad"}.get(r.verified, "")
-        rows.append([_cell(r.plan), _cell(None if pd.isna(r.trial) else int(r.trial)),
-                     _cell(r.time_s * 1e6, _num(r.time_s * 1e6, ".1f")), _cell(r.ratio, _num(r.ratio, ".3f")),
-                     _cell(None, _interval(r.ratio_lo, r.ratio_hi)),
-                     _cell(None, _num(speedup_of(r.ratio), ".2f") + "×"),
-                     _cell(r.verified, f'<span class="{cls}">{_e(r.verified)}</span>')])
+        rows.append([cell(r.plan), cell(None if pd.isna(r.trial) else int(r.trial)),
+                     cell(r.time_s * 1e6, num(r.time_s * 1e6, ".1f")), cell(r.ratio, num(r.ratio, ".3f")),
+                     cell(None, interval(r.ratio_lo, r.ratio_hi)),
+                     cell(None, num(speedup_of(r.ratio), ".2f") + "×"),
+                     cell(r.verified, f'<span class="{cls}">{esc(r.verified)}</span>')])
     emulated = " (emulated)" if summary.get("emulated") else ""
-    comp_html = _table(["plan", "trial", f"step µs{emulated}", "time ratio", "ratio 95 % interval", "speedup",
+    comp_html = table(["plan", "trial", f"step µs{emulated}", "time ratio", "ratio 95 % interval", "speedup",
                         "bitwise verified"], rows) if rows else '<p class="note">No complete trial yet.</p>'
     counts = (f"{summary['n_trials']} trials: {summary['n_complete']} complete "
               f"({summary['n_infeasible']} not bitwise-exact), {summary['n_failed']} failed.")
     source = {"re-measured": "Best and fuse-everything times were re-measured after the search "
                              "(the search's minimum is biased low)",
               "search": "Times are from the search trials themselves"}.get(summary.get("timing_source", ""), "")
-    return (f'<h2 id="summary">1. Summary</h2><p class="verdict">{_e(data.verdict(summary))}</p>'
-            f"<p>{_e(counts)} {_e(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
+    return (f'<h2 id="summary">1. Summary</h2><p class="verdict">{esc(data.verdict(summary))}</p>'
+            f"<p>{esc(counts)} {esc(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
             "the same run (&lt; 1 is faster); a gain is real only when its interval excludes 1.</p>"
             f"{comp_html}{_host_time(summary)}{_shapes(summary)}{_anchors(summary)}<h3>Environment</h3>{env}")
 
@@ -131,23 +77,23 @@ def _host_time(summary: dict[str, Any]) -> str:
     """Static compile and, on an emulated Ascend, the host time it stands for (labelled emulated)."""
     from sktune.tuning.host_time import host_time_lines
 
-    return "".join(f'<p class="note">{_e(line)}</p>' for line in host_time_lines(summary))
+    return "".join(f'<p class="note">{esc(line)}</p>' for line in host_time_lines(summary))
 
 
 def _shapes(summary: dict[str, Any]) -> str:
     frame = data.shapes(summary)
     if frame.empty:
         return ""
-    rows = [[_cell(r.shape), _cell(r.weight, _num(r.weight, "g")),
-             _cell(r.baseline_s * 1e6, _num(r.baseline_s * 1e6, ".1f")), _cell(r.best_s * 1e6, _num(r.best_s * 1e6, ".1f")),
-             _cell(r.speedup, _num(r.speedup, ".2f") + "× " + _interval(r.speedup_lo, r.speedup_hi)),
-             _cell(r.bitwise), _cell(r.best_alone_speedup, "—" if pd.isna(r.best_alone_speedup) else
+    rows = [[cell(r.shape), cell(r.weight, num(r.weight, "g")),
+             cell(r.baseline_s * 1e6, num(r.baseline_s * 1e6, ".1f")), cell(r.best_s * 1e6, num(r.best_s * 1e6, ".1f")),
+             cell(r.speedup, num(r.speedup, ".2f") + "× " + interval(r.speedup_lo, r.speedup_hi)),
+             cell(r.bitwise), cell(r.best_alone_speedup, "—" if pd.isna(r.best_alone_speedup) else
                                      f"{r.best_alone_speedup:.2f}× (trial {int(r.best_alone_trial)})"),
-             _cell(r.regret, "—" if pd.isna(r.regret) else f"{r.regret:+.1%}")] for r in frame.itertuples()]
+             cell(r.regret, "—" if pd.isna(r.regret) else f"{r.regret:+.1%}")] for r in frame.itertuples()]
     return ("<h3>One plan for every served shape</h3><p>Each shape timed against its own unfused baseline. "
             "<i>Best alone</i> is the fastest plan found that is exact at that shape, whatever it does at the "
             "others; the regret is what serving every shape with one plan costs there (search timings).</p>"
-            + _table(["shape", "weight", "unfused µs", "plan µs", "speedup [95 %]", "bitwise", "best alone",
+            + table(["shape", "weight", "unfused µs", "plan µs", "speedup [95 %]", "bitwise", "best alone",
                       "regret"], rows))
 
 
@@ -155,14 +101,14 @@ def _anchors(summary: dict[str, Any]) -> str:
     frame = data.anchors(summary)
     if frame.empty:
         return ""
-    rows = [[_cell(r.anchor), _cell(r.trial), _cell(r.ratio, _num(r.ratio, ".3f")),
-             _cell(r.bitwise, f'<span class="{"ok" if r.bitwise == "yes" else "bad"}">{_e(r.bitwise)}</span>'),
-             _cell(r.best_speedup_over, _num(r.best_speedup_over, ".2f") + "×" if r.best_speedup_over else "—")]
+    rows = [[cell(r.anchor), cell(r.trial), cell(r.ratio, num(r.ratio, ".3f")),
+             cell(r.bitwise, f'<span class="{"ok" if r.bitwise == "yes" else "bad"}">{esc(r.bitwise)}</span>'),
+             cell(r.best_speedup_over, num(r.best_speedup_over, ".2f") + "×" if r.best_speedup_over else "—")]
             for r in frame.itertuples()]
     return ("<h3>The best plan against each starting point</h3><p>Anchors (the placements users write by hand) "
             "and profile-guided seeds, each timed against unfused in its own run; the last column is how many "
             "times faster the best exact plan is.</p>"
-            + _table(["starting point", "trial", "time ratio", "bitwise", "best is"], rows, sortable=True))
+            + table(["starting point", "trial", "time ratio", "bitwise", "best is"], rows, sortable=True))
 
 
 def _fusion(study: optuna.Study, figs: _Figures) -> str:
@@ -177,8 +123,8 @@ def _fusion(study: optuna.Study, figs: _Figures) -> str:
     if fm.has_actual:
         text += "<p>Upper row: the plan; lower row: the fusion the backend reported (SuperKernels found in the profile).</p>"
     plan = study.trials[fm.trial].user_attrs.get(TrialAttr.PLAN)
-    text += f"<p>Plan: <code>{_e(trials_data.plan_text(plan))}</code></p>"
-    notes = "".join(f'<p class="note">{_e(n)}</p>' for n in fm.notes)
+    text += f"<p>Plan: <code>{esc(trials_data.plan_text(plan))}</code></p>"
+    notes = "".join(f'<p class="note">{esc(n)}</p>' for n in fm.notes)
     return head + text + figs.html(figures.fusion_map_figure(fm)) + notes + _fail_reasons(study)
 
 
@@ -186,10 +132,10 @@ def _fail_reasons(study: optuna.Study) -> str:
     frame = data.fusion_fail_reasons(study)
     if frame.empty:
         return ""
-    rows = [[_cell(r.reason), _cell(r.lines), _cell(r.trials), _cell(r.ops)] for r in frame.itertuples()]
+    rows = [[cell(r.reason), cell(r.lines), cell(r.trials), cell(r.ops)] for r in frame.itertuples()]
     return ("<h3>Scopes that did not fuse, by reason</h3><p>From the backend's fusion-fail log, over all trials "
             "(a scope is a request, not a guarantee).</p>"
-            + _table(["reason", "log lines", "trials", "ops"], rows, sortable=True))
+            + table(["reason", "log lines", "trials", "ops"], rows, sortable=True))
 
 
 def _time(study: optuna.Study, figs: _Figures) -> str:
@@ -220,7 +166,7 @@ def _search(study: optuna.Study, figs: _Figures) -> str:
         return out + '<p class="note">No finished trial.</p>'
     out += figs.html(figures.history_figure(hist))
     imp, note = trials_data.importances(study)
-    out += figs.html(figures.importance_figure(imp)) if note is None else f'<p class="note">Importances: {_e(note)}.</p>'
+    out += figs.html(figures.importance_figure(imp)) if note is None else f'<p class="note">Importances: {esc(note)}.</p>'
     frame, params = trials_data.parallel(study)
     if frame.empty or not params:
         return out + '<p class="note">Parallel coordinates: no complete trials with varying parameters.</p>'
@@ -229,39 +175,39 @@ def _search(study: optuna.Study, figs: _Figures) -> str:
 
 
 def _trials(study: optuna.Study, emulated: bool = False) -> str:
-    table = trials_data.trials_table(study)
+    frame = trials_data.trials_table(study)
     rows = []
-    for r in table.itertuples():
+    for r in frame.itertuples():
         bit = {"yes": "ok", "no": "bad"}.get(r.bitwise, "")
-        rows.append([_cell(r.number), _cell(r.state), _cell(r.anchor),
-                     _cell(None if r.step_s is None or pd.isna(r.step_s) else r.step_s * 1e6,
-                           _num(None if r.step_s is None or pd.isna(r.step_s) else r.step_s * 1e6, ".1f")),
-                     _cell(r.ratio, _num(r.ratio, ".3f")), _cell(r.ratio_lo, _interval(r.ratio_lo, r.ratio_hi)),
-                     _cell(r.bitwise, f'<span class="{bit}">{_e(r.bitwise)}</span>'), _cell(r.reason)])
+        rows.append([cell(r.number), cell(r.state), cell(r.anchor),
+                     cell(None if r.step_s is None or pd.isna(r.step_s) else r.step_s * 1e6,
+                           num(None if r.step_s is None or pd.isna(r.step_s) else r.step_s * 1e6, ".1f")),
+                     cell(r.ratio, num(r.ratio, ".3f")), cell(r.ratio_lo, interval(r.ratio_lo, r.ratio_hi)),
+                     cell(r.bitwise, f'<span class="{bit}">{esc(r.bitwise)}</span>'), cell(r.reason)])
     return ('<h2 id="trials">5. Trials</h2><p>Click a column header to sort.</p>'
-            + _table(["#", "state", "anchor", "step µs (emulated)" if emulated else "step µs", "time ratio", "ratio 95 % interval", "bitwise",
+            + table(["#", "state", "anchor", "step µs (emulated)" if emulated else "step µs", "time ratio", "ratio 95 % interval", "bitwise",
                       "failure / mismatch"], rows, sortable=True))
 
 
 def _failure(item: dict[str, Any], ops: list[dict[str, Any]]) -> str:
-    parts = [f"<p>plan: <code>{_e(trials_data.plan_text(item['plan']))}</code></p>"]
+    parts = [f"<p>plan: <code>{esc(trials_data.plan_text(item['plan']))}</code></p>"]
     found = item.get("smallest_failing_range")
     if found and found.get("range"):
         first, last = found["range"]
         where = ", ".join(f"{o.get('target')} ({o.get('module') or 'root'})" for o in ops[first:last + 1][:8])
-        parts.append(f"<p>smallest failing range: ops {first}–{last} ({_e(', '.join(found.get('op_types', [])))}), "
-                     f"found in {_e(found.get('runs'))} runs: {_e(where)}</p>")
+        parts.append(f"<p>smallest failing range: ops {first}–{last} ({esc(', '.join(found.get('op_types', [])))}), "
+                     f"found in {esc(found.get('runs'))} runs: {esc(where)}</p>")
     if item.get("diagnosis"):
         diag = item["diagnosis"]
-        parts.append(f"<p>diagnosis rerun: {_e(diag.get('outcome', ''))}; {_e(diag.get('where', ''))}</p>")
+        parts.append(f"<p>diagnosis rerun: {esc(diag.get('outcome', ''))}; {esc(diag.get('where', ''))}</p>")
     mm: pd.DataFrame = item["mismatches"]
     if not mm.empty:
-        parts.append(_table(["input set", "output", "elements differing", "first index", "max ULP", "detail"], (
-            [_cell(m.input_set), _cell(m.output_index), _cell(m.count), _cell(m.first_index),
-             _cell(m.max_ulp), _cell(m.detail)] for m in mm.itertuples())))
-    anchor = f" ({_e(item['anchor'])})" if item.get("anchor") else ""
-    return (f"<details><summary>trial #{item['trial']}{anchor} — <b>{_e(item['kind'])}</b>: "
-            f"{_e(item['reason'])}</summary>{''.join(parts)}</details>")
+        parts.append(table(["input set", "output", "elements differing", "first index", "max ULP", "detail"], (
+            [cell(m.input_set), cell(m.output_index), cell(m.count), cell(m.first_index),
+             cell(m.max_ulp), cell(m.detail)] for m in mm.itertuples())))
+    anchor = f" ({esc(item['anchor'])})" if item.get("anchor") else ""
+    return (f"<details><summary>trial #{item['trial']}{anchor} — <b>{esc(item['kind'])}</b>: "
+            f"{esc(item['reason'])}</summary>{''.join(parts)}</details>")
 
 
 def _failures(study: optuna.Study) -> str:
@@ -294,12 +240,12 @@ def render(study: optuna.Study) -> str:
     nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in (
         ("summary", "summary"), ("fusion", "fusion map"), ("time", "where time goes"), ("search", "search"),
         ("trials", "trials"), ("failures", "failures")))
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
-            f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
-            f"<p>model <code>{_e(summary.get('model'))}</code>, backend <b>{_e(summary.get('backend'))}</b></p>"
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+            f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1>"
+            f"<p>model <code>{esc(summary.get('model'))}</code>, backend <b>{esc(summary.get('backend'))}</b></p>"
             + ('<p class="bad"><b>EMULATED Ascend</b>: every time in this report comes from the test emulator\'s '
                "model of a device, not from an NPU.</p>" if summary.get("emulated") else "")
-            + f"<nav>{nav}</nav>{''.join(sections)}<script>{_SORT_JS}</script></body></html>")
+            + f"<nav>{nav}</nav>{''.join(sections)}<script>{SORT_JS}</script></body></html>")
 
 
 def write_report(study: optuna.Study, path: str | Path) -> Path:
