@@ -13,7 +13,7 @@ from sktune.capabilities import Capabilities, OptionSpec
 from sktune.measure.stats import PairedTiming
 from sktune.space.exactness import Exactness
 from sktune.plan import Plan
-from sktune.space.search_space import SearchSpace, build_space
+from sktune.space.search_space import FUSE_ALL, SearchSpace, build_space
 from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
@@ -111,7 +111,7 @@ def test_hopeless_plan_is_skipped_without_asking_the_worker(space: SearchSpace) 
 
 def test_anchors_are_never_skipped(space: SearchSpace) -> None:
     worker = ScriptedWorker([result(0.9)])
-    study = run_study(space, worker, [(fuse_all(space), {TrialAttr.ANCHOR: "fuse-all"})],
+    study = run_study(space, worker, [(fuse_all(space), {TrialAttr.ANCHOR: FUSE_ALL})],
                       exactness=Exactness(inexact=frozenset({"mean"})))
     assert study.trials[0].state == optuna.trial.TrialState.COMPLETE and worker.calls[0][0] == "run"
 
@@ -168,7 +168,7 @@ def test_clearly_slower_candidate_is_pruned_after_its_first_step(space: SearchSp
 def test_anchors_are_timed_fully_even_when_slower(space: SearchSpace) -> None:
     worker = ScriptedWorker([result(0.5), result(0.9)])
     first, second, _ = distinct(space)
-    study = run_study(space, worker, [(first, {}), (second, {TrialAttr.ANCHOR: "fuse-all"})])
+    study = run_study(space, worker, [(first, {}), (second, {TrialAttr.ANCHOR: FUSE_ALL})])
     assert study.trials[1].state == optuna.trial.TrialState.COMPLETE
     assert [c[0] for c in worker.calls].count("more") == 4
 
@@ -225,7 +225,7 @@ def test_several_shapes_prune_on_the_best_trials_ratio_at_the_heaviest_shape(spa
 
 def test_an_anchor_is_measured_at_every_shape_and_keeps_each_shapes_mismatches(space: SearchSpace) -> None:
     worker = ScriptedWorker([result(0.5), result(0.5, mismatches=1), result(0.7, mismatches=2)])
-    study = run_study(space, worker, [(fuse_all(space), {TrialAttr.ANCHOR: "fuse-all"})],
+    study = run_study(space, worker, [(fuse_all(space), {TrialAttr.ANCHOR: FUSE_ALL})],
                       rules=ObjectiveRules(CHUNKS, 60.0, shapes=SHAPES))
     trial = study.trials[0]
     assert [c[1].shape for c in worker.calls if c[0] == "run"] == [None, "bs8", "bs64"]  # fuse-all's yardstick
