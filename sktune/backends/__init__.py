@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "npu": "sktune.backends.npu:NpuBackend",
 }
 AUTO = "auto"
+DEFAULT_BACKEND = "inductor"  # where no device is named: real fusion on any host
 BACKEND_NAMES = (AUTO, *REGISTRY)
 
 
@@ -36,7 +37,7 @@ def resolve_backend_name(name: str) -> str:
             return "npu"
     except Exception:  # no torch-npu, or no CANN: this is not an Ascend host
         pass
-    return "inductor"
+    return DEFAULT_BACKEND
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -52,5 +53,5 @@ def get_backend(name: str, profile_kernels: bool = False, for_trials: bool = Fal
     return backend_class(name)(profile_kernels=profile_kernels, for_trials=for_trials)
 
 
-__all__ = ["BACKEND_NAMES", "REGISTRY", "Backend", "CompiledModel", "OptionSpec", "backend_class", "get_backend",
+__all__ = ["BACKEND_NAMES", "DEFAULT_BACKEND", "REGISTRY", "Backend", "CompiledModel", "OptionSpec", "backend_class", "get_backend",
            "resolve_backend_name"]

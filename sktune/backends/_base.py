@@ -141,6 +141,11 @@ class Backend(ABC):
     # The plan option whose costly choice compiles whole regions (minutes on a deep model):
     # the refinement leaves it out where it would cost more than a few trials (tuning/refine.py).
     whole_region_option: str | None = None
+    # What the tuner's summary and the CLI ask of the class (no instance: no device needed).
+    capture_limit: int | None = None  # shapes one graph is captured at before it runs unfused (None: no limit)
+    checks_effective_options: bool = False  # each trial compares the options the compiler used with the plan's
+    scope_markers_under: str | None = None  # the compile call that honours scope markers in the user's source
+    has_doctor: bool = False  # ``sktune doctor`` checks this backend's assumptions about its host
 
     def prefetch(self, graph: OpGraph, plan: Plan) -> int:
         """Hand ``plan``'s regions to the compile helper ahead of time; how many (default: none)."""

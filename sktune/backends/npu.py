@@ -41,7 +41,7 @@ import torch
 from sktune.backends._base import Backend, CompiledModel, ExportSnippet
 from sktune.capabilities import OptionSpec
 from sktune.backends.npu_option_check import MAX_DISTINCT_SCOPES, validate_compile_options, validate_scope_names
-from sktune.backends.npu_option_schema import OPTIMIZE, KeySet, NpuOptionError, check_torch_npu_version
+from sktune.backends.npu_option_schema import OPTIMIZE, TOP_LEVEL_SCHEMA, KeySet, NpuOptionError, check_torch_npu_version
 from sktune.backends.npu_option_space import (DCCI_STRATEGY, dcci_options_for, optimize_options_from_params,
                                               search_options)
 from sktune.backends.npu_first_run import CheckedFirstRun, cann_work_path, made
@@ -90,6 +90,10 @@ class NpuBackend(Backend):
     unmarked_plans = True  # no markers: CANN picks the fusible ops itself
     anchor_set = "superkernel"
     max_scopes: int = MAX_DISTINCT_SCOPES  # the search keeps under it (space/scope_cap.py)
+    capture_limit = next(k.default for k in TOP_LEVEL_SCHEMA if k.name == "capture_limit")  # npugraph_ex's default
+    checks_effective_options = True  # CANN's sk_meta (npu_meta.py)
+    scope_markers_under = 'torch.compile(backend="npugraph_ex")'
+    has_doctor = True
 
     def __init__(self, profile_kernels: bool = False, torch_npu_version_: str | None = None,
                  for_trials: bool = False) -> None:

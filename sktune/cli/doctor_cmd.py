@@ -21,7 +21,8 @@ _STYLE = {"confirmed": "green", "differs": "yellow", "could not check": "red"}
 
 
 def doctor_command(
-    backend: Annotated[str, typer.Option(help="The backend whose assumptions to check: npu.")] = "npu",
+    backend: Annotated[str | None, typer.Option(
+        help="The backend whose assumptions to check (default: the one that has a doctor).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: device, emulated, checks.")] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the JSON to this file.")] = None,
     timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one check may take (a hang ends at it).")] = 900.0,
@@ -30,13 +31,14 @@ def doctor_command(
     """Run a tiny model through every guess sktune makes about torch-npu and CANN (markers,
     options, sk_meta, profiles, fail reasons, static-kernel cache, hang trace, versions);
     one row per check: confirmed / differs: ... / could not check: ... Exit 0 when it ran."""
-    if backend != "npu":
-        if backend == "inductor":
-            err_console.print("error: sktune doctor checks the Ascend (npu) assumptions; the inductor backend "
-                              "has none to check. Run it with --backend npu on an Ascend host.", highlight=False)
-        else:
-            err_console.print(f"error: unknown backend {backend!r}; sktune doctor checks only npu.",
-                              highlight=False)
+    from sktune.backends import REGISTRY, backend_class
+
+    checked = [name for name in REGISTRY if backend_class(name).has_doctor]
+    if backend is not None and backend not in checked:
+        why = (f"the {backend} backend has no assumptions about a device to check" if backend in REGISTRY
+               else f"unknown backend {backend!r}")
+        err_console.print(f"error: {why}; sktune doctor checks {', '.join(checked)} (run it on that backend's "
+                          "host).", highlight=False)
         raise typer.Exit(1)
     with user_errors(debug), _stdout_to_stderr(as_json):
         from sktune.doctor.runner import run_doctor, timed_out

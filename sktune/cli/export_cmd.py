@@ -46,10 +46,11 @@ def export_command(
             text = export_python(loaded, storage)
         else:
             text = export_patch(loaded)
-            if loaded.user_attrs.get(StudyAttr.BACKEND) != "npu":
-                err_console.print(f"note: study {study!r} was tuned with the {loaded.user_attrs.get(StudyAttr.BACKEND)} "
-                                  "backend; these markers take effect only under "
-                                  'torch.compile(backend="npugraph_ex")', highlight=False, markup=False)
+            tuned_with = loaded.user_attrs.get(StudyAttr.BACKEND)
+            honoured = marker_compiles(tuned_with)
+            if honoured:
+                err_console.print(f"note: study {study!r} was tuned with the {tuned_with} backend; these markers "
+                                  f"take effect only under {' or '.join(honoured)}", highlight=False, markup=False)
         if output is None:
             typer.echo(text, nl=False)
             return
@@ -58,3 +59,13 @@ def export_command(
         except OSError as exc:
             raise SktuneError(f"cannot write {output}: {exc}") from exc
     err_console.print(f"{fmt.value} export of study {study!r} written to {output}", highlight=False, markup=False)
+
+
+def marker_compiles(tuned_with: str | None) -> list[str]:
+    """The compile calls that honour scope markers in the source, where the study's own
+    backend does not (none: the markers are that backend's own)."""
+    from sktune.backends import REGISTRY, backend_class
+
+    if tuned_with in REGISTRY and backend_class(tuned_with).scope_markers_under:
+        return []
+    return [c for c in (backend_class(n).scope_markers_under for n in REGISTRY) if c]

@@ -17,7 +17,8 @@ from sktune.tuning.settings import DEFAULT_STORAGE
 if TYPE_CHECKING:
     from sktune.pipe.workload import Workload
 
-BackendName = Annotated[str, typer.Option(help="auto | inductor | npu")]
+BackendName = Annotated[str, typer.Option(help="auto (a device where present, else real fusion on the CPU) or a "
+                                                  "backend's name (an unknown name lists them)")]
 
 
 class EffortName(str, Enum):
@@ -33,7 +34,7 @@ def run_command(
     trials: Annotated[int | None, typer.Option(min=1, help="Trials to run in this invocation (default: the effort's).")] = None,
     patience: Annotated[int | None, typer.Option(min=1, help="Stop after this many trials in a row without a significant gain (default: the effort's: 6 / 12 / 30).")] = None,
     no_stop: Annotated[bool, typer.Option("--no-stop", help="Run every trial: never stop early for lack of gains.")] = False,
-    probe: Annotated[bool, typer.Option(help="Probe each op type alone for bitwise exactness first (inductor; cached).")] = True,
+    probe: Annotated[bool, typer.Option(help="Probe each op type alone for bitwise exactness first (where the backend probes; cached).")] = True,
     compile_helper: Annotated[bool, typer.Option(
         help="A second process compiles half of each trial's new regions (inductor; uses a second core "
              "while compiling, never while timing).")] = True,
@@ -44,8 +45,8 @@ def run_command(
     threads: Annotated[int, typer.Option(min=1, help="CPU threads for compiled and eager runs (1 is the least noisy).")] = 1,
     input_sets: Annotated[int, typer.Option(min=1, help="Input sets (seeds) every candidate is verified on.")] = 3,
     trial_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a trial's worker is killed as hung.")] = 300.0,
-    bisect_runs: Annotated[int | None, typer.Option(min=0, help="Compile+verify runs to locate the op range behind a mismatch (default: 6 on npu, 0 on inductor).")] = None,
-    diagnose: Annotated[int, typer.Option(min=0, help="Hung trials to rerun once with the backend's debug options (npu: debug_op_exec_trace).")] = 1,
+    bisect_runs: Annotated[int | None, typer.Option(min=0, help="Compile+verify runs to locate the op range behind a mismatch (default: the backend's own; 0 where outputs can be compared op by op).")] = None,
+    diagnose: Annotated[int, typer.Option(min=0, help="Hung trials to rerun once with the backend's debug options (e.g. CANN's op execution trace).")] = 1,
     allow_changed: Annotated[bool, typer.Option(help="Resume a study even if the model file or versions changed.")] = False,
     shapes: Annotated[str | None, typer.Option(help="Tune for these of the model's input_shapes() only, e.g. bs1,bs8 (default: all).")] = None,
     warm_start: Annotated[str | None, typer.Option(help="Earlier studies (comma-separated) whose best exact plans are tried first.")] = None,

@@ -14,6 +14,7 @@ from typing import Any
 
 import optuna
 
+from sktune.backends import REGISTRY, backend_class
 from sktune.tuning.records import StudyAttr, TrialAttr
 
 
@@ -53,9 +54,10 @@ def static_compile_summary(study: optuna.Study) -> dict[str, Any]:
 
 
 def effective_options_checked(study: optuna.Study) -> bool | None:
-    """npu studies: whether CANN's effective options were compared (no study warning, and
+    """Where the backend checks them (npu): whether the effective options (CANN's) were compared (no study warning, and
     at least one trial found a recognised dump); None for other backends."""
-    if study.user_attrs.get(StudyAttr.BACKEND) != "npu":
+    backend = study.user_attrs.get(StudyAttr.BACKEND)
+    if backend not in REGISTRY or not backend_class(backend).checks_effective_options:
         return None
     if StudyAttr.EFFECTIVE_OPTIONS_UNCHECKED in study.user_attrs:
         return False

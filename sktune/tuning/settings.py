@@ -14,7 +14,7 @@ DEFAULT_STORAGE = "sqlite:///sktune.db"
 @dataclass(frozen=True)
 class TuneSettings:
     model_path: Path
-    backend: str = "inductor"
+    backend: str = dataclasses.field(default_factory=lambda: _default_backend())
     trials: int | None = None  # None: the effort's
     effort: str = "default"
     timeout: float | None = None
@@ -28,8 +28,8 @@ class TuneSettings:
     diagnose: int = 1  # hung trials rerun with the backend's diagnostic plan, at most this many
     allow_changed: bool = False  # resume a study although its fingerprint changed
     cache_root: Path = Path(".sktune/cache")
-    probe: bool = True  # per-op exactness probe (inductor), cached under cache_root
-    compile_helper: bool = True  # a second process compiles half of each trial's new regions (inductor)
+    probe: bool = True  # per-op exactness probe (where the backend probes), cached under cache_root
+    compile_helper: bool = True  # a second process compiles half of each trial's new regions (where the backend shares compiles)
     patience: int | None = None  # None: the effort's
     stop_early: bool = True  # False: never stop for lack of gains (--no-stop)
     shapes: tuple[str, ...] | None = None  # the model's shapes to tune for (--shapes); None: all
@@ -46,3 +46,11 @@ class TuneSettings:
     @property
     def study(self) -> str:
         return self.study_name or f"{self.model_path.stem}-{self.backend}"
+
+
+def _default_backend() -> str:
+    """The registry's default, imported when a setting is made: importing the backends
+    imports torch, which ``sktune --help`` should not wait for."""
+    from sktune.backends import DEFAULT_BACKEND
+
+    return DEFAULT_BACKEND

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from sktune.backends.npu_option_schema import TOP_LEVEL_SCHEMA
+from sktune.backends import REGISTRY, backend_class
 from sktune.pipe.protocol import WorkerFailure
 from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
 from sktune.plan import Plan
@@ -27,8 +27,6 @@ if TYPE_CHECKING:  # the summary reads this module without starting any worker
 
 log = logging.getLogger(__name__)
 
-#: npugraph_ex's default ``capture_limit``: captures per graph before it runs eager (docs/npu_api.md).
-CAPTURE_LIMIT = next(k.default for k in TOP_LEVEL_SCHEMA if k.name == "capture_limit")
 
 
 def verify_shape_names(study: optuna.Study, worker: SupervisedWorker, timeout: float) -> tuple[str, ...]:
@@ -104,15 +102,17 @@ def verify_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any
 
 
 def capture_limit_warning(study: optuna.Study) -> str | None:
-    """npu: one line when the tuned plus verify-only shapes exceed npugraph_ex's ``capture_limit``."""
-    if study.user_attrs.get(StudyAttr.BACKEND) != "npu":
+    """One line when the tuned plus verify-only shapes exceed the backend's ``capture_limit`` (npu: npugraph_ex's)."""
+    backend = study.user_attrs.get(StudyAttr.BACKEND)
+    limit = backend_class(backend).capture_limit if backend in REGISTRY else None
+    if limit is None:
         return None
     tuned = len(study.user_attrs.get(StudyAttr.SHAPES) or {}) or 1
     verify = len(study.user_attrs.get(StudyAttr.VERIFY_SHAPES) or [])
-    if tuned + verify <= CAPTURE_LIMIT:
+    if tuned + verify <= limit:
         return None
     return (f"{tuned + verify} shapes declared ({tuned} tuned + {verify} verify-only), more than npugraph_ex's "
-            f"capture_limit ({CAPTURE_LIMIT} by default): past it a graph runs eager, without SuperKernel; set "
+            f"capture_limit ({limit} by default): past it a graph runs eager, without SuperKernel; set "
             f"capture_limit to at least {tuned + verify} in the torch.compile options")
 
 

@@ -96,3 +96,11 @@ def test_npu_backend_without_torch_npu(studies_dir: Path, tmp_path: Path) -> Non
     assert result.returncode == 1
     assert "needs torch-npu" in result.stderr and "sktune[npu]" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_patch_export_names_the_compile_that_honours_its_markers() -> None:
+    """The backend declares it (``scope_markers_under``); the CLI names no backend."""
+    from sktune.cli.export_cmd import marker_compiles
+
+    assert marker_compiles("npu") == []  # its own markers: nothing to note
+    assert marker_compiles("inductor") == ['torch.compile(backend="npugraph_ex")']
