@@ -143,7 +143,8 @@ class _Progress:
         from sktune.tuning.records import TrialAttr, best_record, speedup_of
         from sktune.tuning.refine import REFINED
 
-        if str(trial.user_attrs.get(TrialAttr.ANCHOR) or "").startswith(REFINED):  # on top of --trials
+        if (str(trial.user_attrs.get(TrialAttr.ANCHOR) or "").startswith(REFINED)  # on top of --trials
+                or TrialAttr.YARDSTICK in trial.user_attrs):
             self.progress.update(self.task, total=(self.progress.tasks[0].total or 0) + 1)
         best = best_record(study)
         text = (f"{study.study_name}: best exact {speedup_of(best.ratio):.2f}× (trial {best.number})"
@@ -166,6 +167,7 @@ def _print_summary(data: dict[str, Any]) -> None:
     from sktune.tuning.host_time import host_time_lines
     from sktune.tuning.verified import verify_shapes_line
     from sktune.tuning.records import speedup_interval, speedup_of
+    from sktune.tuning.shapes import exact_where_text
 
     def us(seconds: float | None) -> str:
         return f"{seconds * 1e6:,.1f}" if seconds else "—"
@@ -187,9 +189,13 @@ def _print_summary(data: dict[str, Any]) -> None:
         table.add_row(f"best #{data['best_trial']}{weighted}", us(data["best_s"]), us(data["baseline_s"]),
                       _speedup(data), "yes" if data["verified_bitwise"] else "NO")
     for name, shape in (data.get("shapes") or {}).items():  # the one plan at each served shape
-        regret = "" if shape["regret"] is None else f", regret {shape['regret']:+.1%}"
+        against = " vs yardstick" if shape.get("regret_against") == "yardstick" else ""  # else: best alone
+        regret = "" if shape["regret"] is None else f", regret {shape['regret']:+.1%}{against}"
         table.add_row(f"  at {name} (weight {shape['weight']:g}{regret})", us(shape["best_s"]), us(shape["baseline_s"]),
                       _speedup(shape), "yes" if shape["verified_bitwise"] else "NO")
+        if shape.get("yardstick_trial") is not None:  # that shape's own candidate, measured there only
+            table.add_row(f"    yardstick #{shape['yardstick_trial']}: {exact_where_text(shape['yardstick_exact'])}",
+                          "", "", f"{shape['yardstick_speedup']:.2f}×", "not for every shape")
     console = Console()
     console.print(table)
     if data["speedup"]:

@@ -51,6 +51,9 @@ class Workload:
     exactness: dict[str, dict[str, Any]] = field(default_factory=dict)  # the probe's answers by op type; {}: none
     startup_s: dict[str, float] | None = None  # where the worker's start-up time went
     shapes: dict[str, ServedShape] = field(default_factory=dict)  # heaviest first; {}: no input_shapes()
+    # The probe's answers at each named shape (``exactness`` merges them): a shape's own yardsticks
+    # are built from its own answers (tuning/yardsticks.py); {}: no named shapes or no probe.
+    exactness_by_shape: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def targets(self) -> list[str]:
@@ -75,6 +78,10 @@ class Workload:
         """The probe's answers as the rule that makes plans hopeless (no answers: none is)."""
         return Exactness.from_probe(self.exactness)
 
+    def exact_at(self, shape: str) -> Exactness:
+        """The probe's answers at one shape only (none there: the merged ones)."""
+        return Exactness.from_probe(self.exactness_by_shape.get(shape, self.exactness))
+
     def ops_json(self) -> list[dict[str, Any]]:
         return [op.to_json() for op in self.ops]
 
@@ -95,7 +102,7 @@ class Workload:
             "capabilities": self.capabilities.to_json(), "kernelless": list(self.kernelless),
             "environment": self.environment, "op_profile": self.op_profile_json(), "exactness": self.exactness,
             "startup_s": self.startup_s, "model_sha256": self.model_sha256, "input_shapes": self.input_shapes,
-            "shapes": self.shapes_json(),
+            "shapes": self.shapes_json(), "exactness_by_shape": self.exactness_by_shape,
         }
 
     @classmethod
@@ -109,6 +116,7 @@ class Workload:
             op_profile=OpProfile.from_json(profile) if profile else None,
             exactness=dict(data.get("exactness") or {}), startup_s=data.get("startup_s"),
             shapes={name: ServedShape.from_json(s) for name, s in (data.get("shapes") or {}).items()},
+            exactness_by_shape=dict(data.get("exactness_by_shape") or {}),
         )
 
 

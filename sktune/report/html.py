@@ -89,12 +89,16 @@ def _shapes(summary: dict[str, Any]) -> str:
              cell(r.speedup, num(r.speedup, ".2f") + "× " + interval(r.speedup_lo, r.speedup_hi)),
              cell(r.bitwise), cell(r.best_alone_speedup, "—" if pd.isna(r.best_alone_speedup) else
                                      f"{r.best_alone_speedup:.2f}× (trial {int(r.best_alone_trial)})"),
+             cell(r.yardstick_speedup, "—" if pd.isna(r.yardstick_speedup) else
+                  f"{r.yardstick_speedup:.2f}× (trial {int(r.yardstick_trial)}): {r.yardstick_exact}"),
              cell(r.regret, "—" if pd.isna(r.regret) else f"{r.regret:+.1%}")] for r in frame.itertuples()]
     return ("<h3>One plan for every served shape</h3><p>Each shape timed against its own unfused baseline. "
             "<i>Best alone</i> is the fastest plan found that is exact at that shape, whatever it does at the "
-            "others; the regret is what serving every shape with one plan costs there (search timings).</p>"
+            "others; the <i>yardstick</i> is that shape's own best candidate, built from its own exactness "
+            "answers and measured there only. The regret is what serving every shape with one plan costs "
+            "there against the faster of the two (search timings).</p>"
             + table(["shape", "weight", "unfused µs", "plan µs", "speedup [95 %]", "bitwise", "best alone",
-                      "regret"], rows))
+                      "yardstick: exact where", "regret"], rows))
 
 
 def _anchors(summary: dict[str, Any]) -> str:

@@ -1,7 +1,8 @@
 """The tuning loop: a worker, the space and the study, one trial at a time.
 
 ``search`` is the loop itself (objective, budget, patience, failures recorded); ``tune``
-wraps it for ``sktune run``: worker start, study creation or resume, finalists, profiles.
+wraps it for ``sktune run``: worker start, study creation or resume, refinement, each
+shape's yardsticks, finalists, profiles.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
 from sktune.tuning.warm_start import warm_plans
+from sktune.tuning.yardsticks import run_yardsticks
 from sktune.tuning.supervisor import SupervisedWorker, runner_config
 from sktune.pipe.workload import Workload
 
@@ -89,6 +91,8 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
             search(study, objective, effort, settings.timeout, callbacks, starting)
         with phases("refine"):
             refine_best(study, space, objective, callbacks, effort.whole_region_cap)
+        with phases("yardsticks"):  # each shape's own candidates, at that shape only: the regret's yardstick
+            run_yardsticks(study, space, workload, objective, callbacks)
         with phases("finalists"):
             confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
         with phases("profiles"):

@@ -11,7 +11,9 @@ failing op range.
 For a model served at several shapes, a trial is measured first at the heaviest shape,
 where it may be pruned; only a plan that is still exact (or an anchor) is then verified
 and timed at every other shape. Its score is the weighted geometric mean of the
-per-shape ratios and its constraint the mismatch count over all shapes.
+per-shape ratios and its constraint the mismatch count over all shapes. A yardstick
+(``tuning/yardsticks.py``) is measured at its one shape only, like an anchor, and never
+takes an earlier trial's outcome.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
 
     def objective(trial: optuna.Trial) -> float:
         anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
+        yardstick = trial.user_attrs.get(TrialAttr.YARDSTICK)  # the one shape it runs at (an anchor there)
+        shapes = rules.shapes if yardstick is None else tuple((n, w) for n, w in rules.shapes if n == yardstick)
         # Costly option values never come from the sampler: fuse-all takes them as the
         # yardstick, a refinement trial names them (tuning/refine.py).
         overrides = space.fuse_all_overrides if anchor == FUSE_ALL else (
@@ -95,7 +99,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             mark_skipped(trial, hopeless)
             raise optuna.TrialPruned(hopeless)
         # No plan is measured twice (tuning/reuse.py); an anchor is timed fully, never pruned.
-        earlier = measured.find(trial.study, plan, pruned=not anchor)
+        earlier = None if yardstick else measured.find(trial.study, plan, pruned=not anchor)
         record_compiled(trial, earlier is None)
         if earlier is not None:
             state = take_outcome(trial, earlier)
@@ -105,7 +109,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
                 raise optuna.TrialPruned(earlier.user_attrs[TrialAttr.PRUNED])
             return float(earlier.value)  # type: ignore[arg-type]
         started = time.perf_counter()
-        result = worker.run(TrialRequest(plan, chunks[0]), timeout)
+        result = worker.run(TrialRequest(plan, chunks[0], yardstick), timeout)
         wall = time.perf_counter() - started
         if isinstance(result, WorkerFailure):
             error = fail(trial, result)
@@ -133,11 +137,11 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
                 raise fail(trial, more)
             timing, measure_s, done = more.timing, measure_s + more.measure_s, done + chunk
         mismatches = len(result.mismatches)
-        if rules.shapes:  # named shapes (even one: the summary and export name it)
-            outcomes = {rules.shapes[0][0]: ShapeOutcome(rules.shapes[0][1], timing, mismatches)}
+        if shapes:  # named shapes (even one: the summary and export name it)
+            outcomes = {shapes[0][0]: ShapeOutcome(shapes[0][1], timing, mismatches)}
             found = list(result.mismatches)  # every shape's, each tagged with its shape
             if result.bitwise or anchor:  # an inexact plan is rejected already: spare the other shapes
-                for name, weight in rules.shapes[1:]:
+                for name, weight in shapes[1:]:
                     started = time.perf_counter()
                     other = worker.run(TrialRequest(plan, sum(chunks), name), timeout)
                     if isinstance(other, WorkerFailure):
@@ -157,7 +161,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             mismatches = sum(o.mismatches for o in outcomes.values())
         write_timing(trial, timing, measure_s)
         trial.set_constraint(BITWISE_CONSTRAINT, float(mismatches))
-        if result.mismatches and rules.bisect_runs > 0:
+        if result.mismatches and rules.bisect_runs > 0 and not yardstick:
             failing = worker.bisect(plan, rules.bisect_runs, timeout)
             if not isinstance(failing, WorkerFailure):
                 record_failing_range(trial, failing)

@@ -50,6 +50,8 @@ class TrialAttr:
     COMPILED = "compiled"  # whether its plan went to the worker (False: skipped or reused: no device cost)
     REUSED_FROM = "reused_from"  # the earlier trial of the same plan whose outcome it took (tuning/reuse.py)
     PROPOSED = "proposed"  # how the sampler chose a sampled trial: "local: <move>", "tpe", "random" (sampler.py)
+    YARDSTICK = "yardstick"  # the one shape a yardstick was measured at (tuning/yardsticks.py): never the best
+    PROBE_EXACT_AT = "probe_exact_at"  # a yardstick's shapes whose probe answers do not call its plan hopeless
 
 
 class StudyAttr:
@@ -87,8 +89,15 @@ class StudyAttr:
 
 
 def is_feasible(trial: FrozenTrial) -> bool:
-    """Complete and bitwise-exact: the one rule for which trials may become the best."""
-    return trial.state == TrialState.COMPLETE and all(v <= 0 for v in trial.constraints.values())
+    """Complete and bitwise-exact: the one rule for which trials may become the best. A
+    yardstick never may: it was measured at one shape only (tuning/yardsticks.py)."""
+    return (trial.state == TrialState.COMPLETE and all(v <= 0 for v in trial.constraints.values())
+            and not is_yardstick(trial))
+
+
+def is_yardstick(trial: FrozenTrial) -> bool:
+    """One shape's own candidate, measured at that shape only (tuning/yardsticks.py)."""
+    return TrialAttr.YARDSTICK in trial.user_attrs
 
 
 def has_ratio(trial: FrozenTrial) -> bool:

@@ -26,7 +26,8 @@ What is taken, by the earlier trial's state:
 Skipped trials (exactness probe, scope cap) are never reused: the objective decides a
 skip before this lookup, for each trial anew. An anchor is never skipped by the probe,
 even when a sampled trial with its plan was. Reused trials are never reused either: a
-copy always names the trial that was measured.
+copy always names the trial that was measured. A yardstick (``tuning/yardsticks.py``) ran
+at one shape only: it neither gives its outcome nor takes another's.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.plan import Plan
-from sktune.tuning.records import TrialAttr, reused, skipped
+from sktune.tuning.records import TrialAttr, is_yardstick, reused, skipped
 from sktune.tuning.trial_writer import INTERRUPTED, record_reused
 
 # The result attributes a copy carries. Costs (compile_s, measure_s, overhead_s,
@@ -50,8 +51,8 @@ NOT_PRUNED = (TrialState.COMPLETE, TrialState.FAIL)
 
 def reusable(trial: FrozenTrial) -> bool:
     """Whether a finished trial's outcome stands for its plan (module docstring)."""
-    if skipped(trial) or reused(trial) or TrialAttr.PLAN not in trial.user_attrs:
-        return False
+    if skipped(trial) or reused(trial) or is_yardstick(trial) or TrialAttr.PLAN not in trial.user_attrs:
+        return False  # a yardstick ran at one shape only: no outcome for the plan as a whole
     if trial.state == TrialState.FAIL:
         reason = trial.user_attrs.get(TrialAttr.FAILURE)
         return bool(reason) and not str(reason).startswith(INTERRUPTED)

@@ -37,7 +37,7 @@ from sktune.space.neighbours import Neighbour, neighbours
 from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 from sktune.tuning.move_model import rank
-from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, reused, skipped
+from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, is_yardstick, reused, skipped
 from sktune.tuning.trial_writer import record_proposed
 
 N_STARTUP = 10  # random trials before TPE in a study without starting points
@@ -133,7 +133,8 @@ class SktuneSampler(optuna.samplers.BaseSampler):
         feasible = sorted((t for t in trials if is_feasible(t) and has_ratio(t) and t.params and not reused(t)),
                           key=lambda t: t.value)  # type: ignore[arg-type, return-value]
         tried = self._tried(trials)
-        measured = [t for t in trials if not reused(t) and not skipped(t)]  # the model reads what each cost
+        # The model reads what each cost; a yardstick's one-shape ratio is no score of this search.
+        measured = [t for t in trials if not reused(t) and not skipped(t) and not is_yardstick(t)]
         if not feasible:
             return None
         # The best exact trial's neighbours only: once all are tried (a local optimum), TPE
@@ -150,6 +151,8 @@ class SktuneSampler(optuna.samplers.BaseSampler):
         """Plans the study has run, is running, skipped or has queued: none is proposed again."""
         keys: set[str] = set()
         for t in trials:
+            if is_yardstick(t):  # measured at one shape only: its plan is still open to the search
+                continue
             if t.state == TrialState.WAITING:  # queued: only its parameters are known yet
                 fixed = t.system_attrs.get(FIXED)
                 if fixed and self._space is not None:

@@ -72,12 +72,13 @@ def outcomes_of(data: Mapping[str, Any] | None) -> dict[str, ShapeOutcome]:
     return {name: ShapeOutcome.from_json(o) for name, o in (data or {}).items()}
 
 
-def best_alone(trials: list[Any]) -> dict[str, tuple[int, float]]:
+def best_alone(trials: list[Any], yardsticks: bool = False) -> dict[str, tuple[int, float]]:
     """Per shape, the complete trial with the smallest ratio among those exact at that shape,
-    whatever they did at the others: (trial number, ratio). Robustness is measured against it."""
+    whatever they did at the others: (trial number, ratio). Robustness is measured against it.
+    ``yardsticks``: among the yardsticks (each measured at its one shape) instead of the search's trials."""
     best: dict[str, tuple[int, float]] = {}
     for t in trials:
-        if t.state != TrialState.COMPLETE:
+        if t.state != TrialState.COMPLETE or (TrialAttr.YARDSTICK in t.user_attrs) != yardsticks:
             continue
         for name, o in outcomes_of(t.user_attrs.get(TrialAttr.SHAPES)).items():
             if o.bitwise and (name not in best or o.timing.ratio < best[name][1]):
@@ -85,11 +86,30 @@ def best_alone(trials: list[Any]) -> dict[str, tuple[int, float]]:
     return best
 
 
+def exact_where(trial: Any) -> dict[str, list[str]]:
+    """Where a trial's plan is exact: the shapes it was checked at (compiled and compared),
+    those where it was bitwise, and (a yardstick's) those whose probe answers allow it."""
+    outcomes = outcomes_of(trial.user_attrs.get(TrialAttr.SHAPES))
+    return {"checked": list(outcomes), "bitwise": [n for n, o in outcomes.items() if o.bitwise],
+            "probe_exact": list(trial.user_attrs.get(TrialAttr.PROBE_EXACT_AT) or outcomes)}
+
+
+def exact_where_text(where: Mapping[str, list[str]] | None) -> str:
+    """``exact_where`` in words, e.g. "bitwise at bs1 (checked there only); the probe expects bs1 only"."""
+    if not where:
+        return ""
+    bitwise = ", ".join(where["bitwise"]) or "no shape"
+    checked = "there only" if where["checked"] == where["bitwise"] else "at " + ", ".join(where["checked"])
+    return f"bitwise at {bitwise} (checked {checked}); the probe expects {', '.join(where['probe_exact']) or 'none'}"
+
+
 def shapes_summary(study_shapes: Mapping[str, Any], chosen: Mapping[str, Any], searched: Mapping[str, Any],
                    trials: list[Any]) -> dict[str, dict[str, Any]]:
     """The summary's ``shapes``: per shape, the one plan's times (``chosen``: re-measured when
-    it was) and its regret against the best plan for that shape alone (search times, both)."""
+    it was) and its regret against the best plan for that shape alone (search times, both):
+    the faster of the search's best trial exact there and the shape's yardsticks (tuning/yardsticks.py)."""
     alone, chosen_at, searched_at = best_alone(trials), outcomes_of(chosen), outcomes_of(searched)
+    yard, by_number = best_alone(trials, yardsticks=True), {t.number: t for t in trials}
     out: dict[str, dict[str, Any]] = {}
     for name, declared in study_shapes.items():
         o, s = chosen_at.get(name), searched_at.get(name)
@@ -100,10 +120,19 @@ def shapes_summary(study_shapes: Mapping[str, Any], chosen: Mapping[str, Any], s
             "baseline_s": o.timing.baseline_s, "best_s": o.timing.candidate_s, "speedup": o.timing.speedup,
             "speedup_ci": list(o.timing.speedup_ci), "verified_bitwise": o.bitwise,
             "best_alone_trial": None, "best_alone_speedup": None, "regret": None,
+            "yardstick_trial": None, "yardstick_speedup": None, "yardstick_exact": None, "regret_against": None,
         }
-        if name in alone and s is not None and len(study_shapes) > 1:  # one shape: nothing to trade off
-            trial, ratio = alone[name]
+        if len(study_shapes) > 1 and name in yard:
+            trial, ratio = yard[name]
+            entry.update(yardstick_trial=trial, yardstick_speedup=1.0 / ratio,
+                         yardstick_exact=exact_where(by_number[trial]))
+        if name in alone and len(study_shapes) > 1:  # one shape: nothing to trade off
+            entry.update(best_alone_trial=alone[name][0], best_alone_speedup=1.0 / alone[name][1])
+        candidates = [(alone[name][1], "best_alone")] if entry["best_alone_trial"] is not None else []
+        candidates += [(yard[name][1], "yardstick")] if entry["yardstick_trial"] is not None else []
+        if candidates and s is not None:
+            ratio, against = min(candidates)
             # How much slower the one plan is at this shape than the best plan for it alone.
-            entry.update(best_alone_trial=trial, best_alone_speedup=1.0 / ratio, regret=s.timing.ratio / ratio - 1.0)
+            entry.update(regret=s.timing.ratio / ratio - 1.0, regret_against=against)
         out[name] = entry
     return out

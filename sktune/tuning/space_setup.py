@@ -9,6 +9,7 @@ from typing import Any
 import optuna
 
 from sktune.space.ascend_anchors import superkernel_anchors
+from sktune.space.exactness import Exactness
 from sktune.space.layout import MAX_CUTS
 from sktune.plan import Plan
 from sktune.space.search_space import UNFUSED, SearchSpace, build_space, unique_by_plan
@@ -34,8 +35,11 @@ def space_from_workload(workload: Workload, stamp: bool = True, max_cuts: int = 
     )
 
 
-def starting_points(space: SearchSpace, workload: Workload) -> list[tuple[str, dict[str, Any]]]:
-    """Anchors, then profile-guided seeds, each plan once."""
+def starting_points(space: SearchSpace, workload: Workload,
+                    exactness: Exactness | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Anchors, then profile-guided seeds, each plan once, built from ``exactness`` (None: the
+    probe's answers merged over the shapes; one shape's answers: that shape's yardsticks)."""
+    exactness = workload.exact() if exactness is None else exactness
     seen: set[Plan] = set()
     if workload.capabilities.anchor_set == "superkernel":
         named = superkernel_anchors(space, workload.modules)
@@ -44,12 +48,12 @@ def starting_points(space: SearchSpace, workload: Workload) -> list[tuple[str, d
     anchors = unique_by_plan(space, named, seen)
     profile = workload.op_profile
     seeds = profile_seeds(space, workload.targets, [] if profile is None else list(profile.span_us),
-                          [] if profile is None else list(profile.gap_us), workload.exact())
-    return likely_best_first(space, workload, anchors + unique_by_plan(space, seeds, seen))
+                          [] if profile is None else list(profile.gap_us), exactness)
+    return likely_best_first(space, workload, anchors + unique_by_plan(space, seeds, seen), exactness)
 
 
-def likely_best_first(space: SearchSpace, workload: Workload,
-                      points: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+def likely_best_first(space: SearchSpace, workload: Workload, points: list[tuple[str, dict[str, Any]]],
+                      exactness: Exactness | None = None) -> list[tuple[str, dict[str, Any]]]:
     """The starting points that can be the best exact plan first, in their order; then the
     unfused plan, then the anchors the exactness probe already calls inexact.
 
@@ -59,7 +63,7 @@ def likely_best_first(space: SearchSpace, workload: Workload,
     both ran first: on decoder_block the best seed came fifth. Both still run before the
     search proper; the finalists' round re-measures unfused and fuse-all in any case.
     """
-    exactness = workload.exact()
+    exactness = workload.exact() if exactness is None else exactness
 
     def rank(point: tuple[str, dict[str, Any]]) -> int:
         name, params = point

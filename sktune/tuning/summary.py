@@ -10,8 +10,8 @@ import optuna
 from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
-from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
-                                   reused, speedup_interval, speedup_of)
+from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record,
+                                   is_yardstick, records, reused, speedup_interval, speedup_of)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
 from sktune.tuning.verified import capture_limit_warning, verify_summary
@@ -30,6 +30,7 @@ def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[Pair
 def summary(study: optuna.Study) -> dict[str, Any]:
     """The machine-readable result (the README documents this contract)."""
     recs = [r for r in records(study) if r.state in ("COMPLETE", "FAIL", "PRUNED")]
+    yardsticks = {t.number for t in study.get_trials(deepcopy=False) if is_yardstick(t)}
     complete = [r for r in recs if r.state == "COMPLETE"]
     best = best_record(study)
     n_ops = len(study.user_attrs.get(StudyAttr.OPS, []))
@@ -48,7 +49,9 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "n_ops": n_ops,
         "n_trials": len(recs),
         "n_complete": len(complete),
-        "n_infeasible": sum(1 for r in complete if not r.feasible),
+        # A yardstick is never feasible (measured at one shape only): counted apart (tuning/yardsticks.py).
+        "n_infeasible": sum(1 for r in complete if not r.feasible and r.number not in yardsticks),
+        "n_yardsticks": len(yardsticks),
         "n_failed": sum(1 for r in recs if r.state == "FAIL"),
         "n_pruned": sum(1 for r in recs if r.state == "PRUNED"),
         # Counted above too, by the state they took: each reused an earlier trial of its plan (tuning/reuse.py).
@@ -157,16 +160,20 @@ def _fuses_nothing(out: dict[str, Any]) -> None:
     construction, and any measured difference between the two is noise. Say exactly that."""
     out.update(best_s=out["baseline_s"], speedup=1.0, speedup_ci=None, significant=False, search_speedup=1.0)
     for shape in (out.get("shapes") or {}).values():
-        shape.update(best_s=shape["baseline_s"], speedup=1.0, speedup_ci=None, best_alone_trial=None,
-                     best_alone_speedup=None, regret=None)
+        shape.update(best_s=shape["baseline_s"], speedup=1.0, speedup_ci=None)
+        # Keeping unfused is ratio 1 by construction: the regret is the fastest plan exact there.
+        alone = [v for v in (shape.get("best_alone_speedup"), shape.get("yardstick_speedup")) if v is not None]
+        if shape.get("regret") is not None and alone:
+            shape["regret"] = max(alone) - 1.0
 
 
 def anchor_comparison(study: optuna.Study, best_ratio: float | None) -> list[dict[str, Any]]:
     """Each measured starting point (anchor or seed) and how much faster the best plan is
     (ratios to the unfused baseline of each one's own run, so they compare across runs)."""
     out = []
+    yardsticks = {t.number for t in study.get_trials(deepcopy=False) if is_yardstick(t)}  # the shapes' panel has them
     for r in records(study):
-        if r.anchor is None or r.state != "COMPLETE" or not r.ratio:
+        if r.anchor is None or r.state != "COMPLETE" or not r.ratio or r.number in yardsticks:
             continue
         out.append({"anchor": r.anchor, "trial": r.number, "ratio": r.ratio, "bitwise": r.feasible,
                     "best_speedup_over": best_ratio and r.ratio / best_ratio})

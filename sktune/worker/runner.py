@@ -69,12 +69,14 @@ class TrialRunner:
         clock = time.perf_counter()
         self.capabilities = self.backend.capabilities(self.graph)
         self.exactness: dict[str, Any] = {}
+        self.exactness_by_shape: dict[str, Any] = {}
         if config.probe_cache is not None and self.capabilities.probes_exactness:
             # Per shape: an op can be exact at one size and not at another (vector tails); the
             # cache, keyed by input shapes, answers repeated shapes without a compile.
             exact = self.capabilities.exact_options
-            self.exactness = across_shapes([probe_exactness(self, Path(config.probe_cache), exact, name)
-                                            for name in self.shape_sets])
+            by_shape = {name: probe_exactness(self, Path(config.probe_cache), exact, name) for name in self.shape_sets}
+            self.exactness = across_shapes(list(by_shape.values()))
+            self.exactness_by_shape = {name: a for name, a in by_shape.items() if name is not None}
         self.startup_s["probe"] = time.perf_counter() - clock
         self._current: tuple[Any, ShapeSet, list[float], list[float]] | None = None  # candidate being measured
 
@@ -103,7 +105,7 @@ class TrialRunner:
                          "backend": self.backend.name},
             model_sha256=self.source.sha256, input_shapes=signature(self.inputs[0]),
             kernelless=tuple(self.kernelless), op_profile=self.op_profile, exactness=self.exactness,
-            startup_s=self.startup_s,
+            startup_s=self.startup_s, exactness_by_shape=self.exactness_by_shape,
             # Heaviest first; empty for a model without input_shapes().
             shapes={name: ServedShape(s.weight, signature(s.inputs[0]))
                     for name, s in self.shape_sets.items() if name is not None},
