@@ -92,7 +92,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         with phases("refine"):
             refine_best(study, space, objective, callbacks, effort.whole_region_cap)
         with phases("yardsticks"):  # each shape's own candidates, at that shape only: the regret's yardstick
-            run_yardsticks(study, space, workload, objective, callbacks)
+            run_yardsticks(study, space, workload, objective, callbacks, effort.whole_region_cap)
         with phases("finalists"):
             confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
         with phases("profiles"):

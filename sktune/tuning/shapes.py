@@ -95,12 +95,12 @@ def exact_where(trial: Any) -> dict[str, list[str]]:
 
 
 def exact_where_text(where: Mapping[str, list[str]] | None) -> str:
-    """``exact_where`` in words, e.g. "bitwise at bs1 (checked there only); the probe expects bs1 only"."""
+    """``exact_where`` in words, e.g. "bitwise at bs1 (checked there only; probe: bs1, bs8)"."""
     if not where:
         return ""
     bitwise = ", ".join(where["bitwise"]) or "no shape"
     checked = "there only" if where["checked"] == where["bitwise"] else "at " + ", ".join(where["checked"])
-    return f"bitwise at {bitwise} (checked {checked}); the probe expects {', '.join(where['probe_exact']) or 'none'}"
+    return f"bitwise at {bitwise} (checked {checked}; probe: {', '.join(where['probe_exact']) or 'none'})"
 
 
 def shapes_summary(study_shapes: Mapping[str, Any], chosen: Mapping[str, Any], searched: Mapping[str, Any],

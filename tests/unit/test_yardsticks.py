@@ -4,13 +4,18 @@ never reused; the regret is measured against them. A scripted worker: no compile
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import optuna
 import pytest
 
+from sktune.capabilities import Capabilities, OptionSpec
 from sktune.graph.opgraph import Op
 from sktune.measure.op_profile import OpProfile
 from sktune.pipe.workload import ServedShape, Workload
-from sktune.plan import Plan
+from sktune.graph.grouping import regions
+from sktune.plan import Plan, Scope
+from sktune.space.encode import params_of
 from sktune.report import data
 from sktune.report.html import _shapes
 from sktune.tuning.budget import ClearlyWorsePruner, Effort
@@ -22,7 +27,7 @@ from sktune.tuning.sampler import make_sampler
 from sktune.tuning.shapes import shapes_summary
 from sktune.tuning.summary import summary as study_summary
 from sktune.tuning.space_setup import space_from_workload, starting_points
-from sktune.tuning.yardsticks import PER_SHAPE, pick, run_yardsticks, yardsticks
+from sktune.tuning.yardsticks import PER_SHAPE, pick, run_yardsticks, shape_points, yardsticks
 from tests.unit.test_objective import CHUNKS, ScriptedWorker, result
 from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, TARGETS
 
@@ -36,10 +41,10 @@ WIDE = {"rsqrt": answer(True, 3), "softmax": answer(False, 10)}
 NARROW = {"rsqrt": answer(False, 3), "softmax": answer(False, 10)}
 
 
-def workload() -> Workload:
+def workload(capabilities: Capabilities = INDUCTOR_LIKE) -> Workload:
     ops = tuple(Op(k, f"op{k}", t, m, "", "") for k, (t, m) in enumerate(zip(TARGETS, MODULES)))
     profile = OpProfile(tuple(1.0 + k % 3 for k in range(len(TARGETS))), tuple(0.5 + k % 2 for k in range(len(TARGETS))))
-    return Workload(ops, tuple(BOUNDARIES), INDUCTOR_LIKE, {"backend": "inductor", "threads": "1"}, "m", [[4, 8]],
+    return Workload(ops, tuple(BOUNDARIES), capabilities, {"backend": "inductor", "threads": "1"}, "m", [[4, 8]],
                     op_profile=profile, exactness=NARROW,  # merged over the shapes: narrow's here
                     shapes={"wide": ServedShape(0.7, [[4, 64]]), "narrow": ServedShape(0.3, [[4, 15]])},
                     exactness_by_shape={"wide": WIDE, "narrow": NARROW})
@@ -64,22 +69,38 @@ def test_each_shape_gets_its_own_candidates_from_its_own_answers_only() -> None:
         assert plan not in searched and hopeless(w, None, plan) and not hopeless(w, "wide", plan)
         assert y.probe_exact_at == ("wide",)
     # The study's best starting point, rebuilt from the shape's answers, comes first.
-    candidates = [("gap-top-half+probe", {}), ("probe-safe-runs", {}), ("scope-per-unit+probe", {})]
-    assert [n for n, _ in pick(candidates, "scope-per-unit+probe")] == ["scope-per-unit+probe", "probe-safe-runs"]
+    candidates = [("gap-top-half+probe", {}), ("probe-safe-runs", {}), ("safe-runs+exact-options", {}),
+                  ("safe-runs", {}), ("scope-per-unit+probe", {})]
+    assert [n for n, _ in pick(candidates, "scope-per-unit+probe")] == [
+        "scope-per-unit+probe", "safe-runs+exact-options", "probe-safe-runs"]
 
 
-def run(w: Workload, worker: ScriptedWorker) -> tuple[optuna.Study, optuna.trial.FrozenTrial]:
+def test_a_plan_from_another_space_is_expressed_in_this_one_or_refused() -> None:
+    w = workload()
+    space = space_from_workload(w)
+    for _, params in starting_points(space, w):  # its own plans: back to parameters that decode to them
+        plan = space.decode(params)
+        assert space.decode(params_of(space, plan)) == plan
+    own_space, points = shape_points(w, "wide")  # cuts around softmax only: other blocks than the study's
+    assert own_space.blocks != space.blocks
+    for _, params in points:
+        plan = own_space.decode(params)
+        found = params_of(space, plan)
+        assert found is None or regions(space.n_ops, space.decode(found).scopes) == regions(space.n_ops, plan.scopes)
+    assert params_of(space, Plan.make([Scope(0, 6, "sk0")], plan.option_dict)) is None  # ops 6-8 cannot be cut
+
+
+def run(w: Workload, worker: ScriptedWorker, refined: int = 0) -> tuple[optuna.Study, optuna.trial.FrozenTrial]:
     """One anchor exact at both shapes (0.9 at wide, 0.8 at narrow), then the yardsticks (0.5 at wide)."""
     space = space_from_workload(w)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="minimize", sampler=make_sampler(0), pruner=ClearlyWorsePruner())
-    # As a refinement would: an option value outside the sampled domain, which the yardsticks take too.
-    study.enqueue_trial(dict(starting_points(space, w)[0][1]), user_attrs={
-        TrialAttr.ANCHOR: "safe-runs", TrialAttr.OPTION_OVERRIDES: {"max_fusion_size": 16}})
+    study.set_user_attr(StudyAttr.BACKEND, "inductor")
+    study.enqueue_trial(dict(starting_points(space, w)[0][1]), user_attrs={TrialAttr.ANCHOR: "safe-runs"})
     objective = make_objective(space, worker, ObjectiveRules(CHUNKS, 60.0, shapes=w.shape_weights), w.targets,
                                w.exact())
     search(study, objective, Effort(1, CHUNKS, None, 0))
-    assert run_yardsticks(study, space, w, objective) == len(yardsticks(space, w)) > 0
+    assert run_yardsticks(study, space, w, objective) == len(yardsticks(space, w)) + refined > 0
     return study, study.trials[0]
 
 
@@ -91,7 +112,6 @@ def test_a_yardstick_runs_at_its_shape_only_and_is_never_the_best_a_finalist_or_
     measured = study.trials[1:]
     requests = [call[1] for call in worker.calls if call[0] == "run"][2:]
     assert [r.shape for r in requests] == ["wide"] * n  # one run each, at its shape only
-    assert all(r.plan.option_dict["max_fusion_size"] == 16 for r in requests)  # compiled as the best plan was
     for t in measured:
         assert t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs[TrialAttr.YARDSTICK] == "wide"
         assert list(t.user_attrs[TrialAttr.SHAPES]) == ["wide"] and t.value == pytest.approx(0.5)
@@ -135,9 +155,24 @@ def test_the_regret_is_measured_against_the_yardstick_with_where_it_is_exact() -
     assert whole["shapes"]["wide"]["regret"] == pytest.approx(0.8)
 
     frame = data.shapes({"shapes": summary})
-    assert frame.loc[0, "yardstick_exact"].startswith("bitwise at wide (checked there only)")
+    assert frame.loc[0, "yardstick_exact"].startswith("bitwise at wide (checked there only; probe: wide)")
     html = _shapes({"shapes": summary})
     assert "2.00× (trial" in html and "+80.0%" in html
+
+
+def test_each_shapes_fastest_exact_yardstick_is_refined_with_each_costly_value() -> None:
+    costly = OptionSpec("cpp_wrapper", (False, True), False, costly_choices=(True,))
+    w = workload(replace(INDUCTOR_LIKE, options=INDUCTOR_LIKE.options + (costly,)))
+    n = len(yardsticks(space_from_workload(w), w))
+    answers = [result(0.9), result(0.8), result(0.6, mismatches=1)] + [result(0.5)] * (n - 1) + [result(0.4)]
+    study, _ = run(w, ScriptedWorker(answers), refined=1)
+    first, refined = study.trials[1:-1], study.trials[-1]
+    fastest = min((t for t in first if t.constraints["bitwise"] == 0), key=lambda t: t.value)
+    assert refined.params == fastest.params and refined.user_attrs[TrialAttr.YARDSTICK] == "wide"
+    assert refined.user_attrs[TrialAttr.OPTION_OVERRIDES] == {"cpp_wrapper": True}
+    assert refined.user_attrs[TrialAttr.PLAN]["options"]["cpp_wrapper"] is True
+    assert refined.user_attrs[TrialAttr.ANCHOR] == fastest.user_attrs[TrialAttr.ANCHOR] + "+cpp_wrapper=True"
+    assert not is_feasible(refined)
 
 
 def test_yardsticks_wait_while_a_starting_point_is_queued() -> None:
