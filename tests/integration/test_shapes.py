@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 from pathlib import Path
 
 import optuna
 import pytest
 import torch
-from torch._inductor.cpu_vec_isa import pick_vec_isa
 
 import sktune
 from sktune.load import load_model_file
@@ -20,33 +18,27 @@ from sktune.worker.probe import probe_exactness
 from sktune.pipe.protocol import TrialRequest
 from sktune.worker.runner import RunnerConfig, TrialRunner
 from tests.cli.test_cli import sktune as cli
+from tests.cpu_facts import describe, pointwise_tail_exact
 from tests.integration.test_npu_e2e import emulated_env
 from tests.models.two_widths import WIDTHS
 
 pytestmark = pytest.mark.exactness  # CI runs these again as an AVX2 and a vector-less CPU (.ci/run)
 
 SHAPE_KEYS = {"weight", "baseline_s", "best_s", "speedup", "speedup_ci", "verified_bitwise", "regret"}
-ATEN_FLOATS = {"AVX2": 8, "AVX512": 16}  # floats in one of ATen's float vectors, by its CPU capability
 
 
 def exact_widths() -> dict[str, bool] | None:
     """At which of two_widths' shapes its fused chain is bitwise on this CPU, read from the
-    vector lengths ATen and Inductor use here (tests/models/two_widths.py says why); None
-    where those are not a pair the model was measured with."""
-    aten, isa = torch.backends.cpu.get_cpu_capability(), pick_vec_isa()
-    if not isa and aten in ("DEFAULT", "NO AVX") and platform.machine() in ("x86_64", "AMD64"):
-        return dict.fromkeys(WIDTHS, True)  # scalar on both sides
-    floats = ATEN_FLOATS.get(aten)
-    if floats is None or not isa or isa.nelements() != floats:
-        return None
-    return {name: width % (2 * floats) == 0 for name, width in WIDTHS.items()}  # no scalar tail in ATen
+    vector lengths ATen and Inductor use here (tests/cpu_facts.py, tests/models/two_widths.py
+    say why); None where those are not known (ARM, or ATen's and Inductor's widths differ)."""
+    exact = {name: pointwise_tail_exact(width) for name, width in WIDTHS.items()}
+    return None if None in exact.values() else exact  # type: ignore[return-value]
 
 
 def exact_widths_or_skip() -> dict[str, bool]:
     exact = exact_widths()
     if exact is None:
-        pytest.skip(f"two_widths' exactness is not measured for ATen {torch.backends.cpu.get_cpu_capability()} "
-                    f"with Inductor's {pick_vec_isa() or 'scalar code'}")
+        pytest.skip(f"two_widths' exactness is not known for {describe()}")
     return exact
 
 
