@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from sktune.backends.inductor_tables import tables_restored
+from sktune.backends.inductor_tables import eager_calls, tables_restored
 
 aten = torch.ops.aten
 
@@ -229,9 +229,11 @@ def eager_order_installed(op_types: tuple[str, ...]) -> Iterator[None]:
             if op_type in EAGER_LOWERING:
                 overload, make = EAGER_LOWERING[op_type]
                 lowering.lowerings[overload] = make(lowering.lowerings)
+                eager_calls([overload])  # where the new lowering falls back
                 continue
             overload, form = EAGER_ORDER[op_type]
             for table in tables:
                 table[overload] = form
             lowering.make_fallback(overload, override_decomp=True, warn=False)
+            eager_calls([overload])
         yield

@@ -20,6 +20,7 @@ from sktune.backends.compile_helper import CompileHelper, helper_share
 from sktune.backends.eager_order import EAGER_ORDER_TYPES, eager_order_installed
 from sktune.backends.inductor_tables import (
     FALLBACK_ATEN,
+    NO_ASSERTS,
     SIZE_DEPENDENT,
     FallbackKey,
     cacheable,
@@ -157,7 +158,7 @@ class InductorBackend(Backend):
         if unknown:
             raise ValueError(f"unknown inductor option(s) {sorted(unknown)}; "
                              f"known: {sorted(known | {FALLBACK_OPTION})}")
-        patches = {k: v for k, v in options.items() if k not in PLAN_ONLY_OPTIONS}
+        patches = {**NO_ASSERTS, **{k: v for k, v in options.items() if k not in PLAN_ONLY_OPTIONS}}
         fallbacks = tuple(sorted(options.get(FALLBACK_OPTION, [])))
         patches["post_grad_custom_pre_pass"] = FallbackKey(fallbacks, _eager_order_ops(options, fallbacks))
         if self.profile_kernels:

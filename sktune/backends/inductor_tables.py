@@ -10,7 +10,7 @@ next compile exactly as they found it: the backend contract (``backends/_base.py
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -56,7 +56,8 @@ SIZE_DEPENDENT = frozenset({"matmul", "bmm", "mm", "sigmoid", "silu"})
 
 @contextlib.contextmanager
 def tables_restored() -> Iterator[list[dict[Any, Any]]]:
-    """Yield the decomposition tables to edit; restore them and the lowering tables after."""
+    """Yield the decomposition tables to edit; restore them, the lowering tables and the
+    wrapper's custom calls (``eager_calls``) after."""
     from torch._inductor import decomposition, lowering
 
     # select_decomp_table() hands out a cached copy (fast_random_decomps): edit both.
@@ -66,9 +67,13 @@ def tables_restored() -> Iterator[list[dict[Any, Any]]]:
     saved_lowerings = dict(lowering.lowerings)
     saved_fallbacks = set(lowering.fallbacks)
     saved_realized = set(lowering.needs_realized_inputs)
+    registry = _wrapper_codegen()
+    saved_codegen = dict(registry)
     try:
         yield tables
     finally:
+        registry.clear()
+        registry.update(saved_codegen)
         for table, saved in zip(tables, saved_tables):
             table.clear()
             table.update(saved)
@@ -91,7 +96,7 @@ class FallbackKey(CustomGraphPass):
         return None
 
     def uuid(self) -> Any:
-        return "sktune-plan-v3|fallbacks:" + ",".join(self.fallbacks) + "|eager-order:" + ",".join(self.eager_order)
+        return "sktune-plan-v4|fallbacks:" + ",".join(self.fallbacks) + "|eager-order:" + ",".join(self.eager_order)
 
 
 @contextlib.contextmanager
@@ -100,7 +105,8 @@ def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[None]:
 
     The ops leave Inductor's global decomposition table for the compile (passing
     ``compile_fx`` a table of our own would put unpicklable ops into its cache key and
-    turn the FX-graph cache off), and get fallback lowerings.
+    turn the FX-graph cache off), and get fallback lowerings, which the region's wrapper
+    calls as eager does (``eager_calls``).
     """
     from torch._inductor import lowering
 
@@ -112,7 +118,69 @@ def fallbacks_installed(op_types: tuple[str, ...]) -> Iterator[None]:
                     for table in tables:
                         table.pop(getattr(packet, overload), None)
                 lowering.make_fallback(packet, override_decomp=True, warn=False)
+                eager_calls(getattr(packet, overload) for overload in packet.overloads())
         yield
+
+
+# A region sktune compiles is keyed by its inputs' sizes and strides (region_cache) and is
+# called only with such inputs; every output is checked bitwise against eager. Inductor's
+# asserts check that again on every call: assert_size_stride per input and per fallback
+# output, assert_alignment per fallback output (~0.4 µs each; docs/measured.md, "Cost of a
+# fallback inside a region").
+NO_ASSERTS: dict[str, Any] = {"size_asserts": False, "alignment_asserts": False}
+
+# Inductor's Python wrapper calls a fallback as ``torch.ops.aten.X.overload(...)``: an
+# OpOverload, whose boxed call costs 1-2 µs more than eager's ``torch.X`` (the same ATen
+# kernel through the Python argument parser and an unboxed call).
+_BINDINGS = ((torch._C._VariableFunctions, "torch._C._VariableFunctions"), (torch._C._nn, "torch._C._nn"))
+
+
+def eager_binding(overload: Any) -> str | None:
+    """The Python binding eager calls for ``overload`` (``torch._C._VariableFunctions.mean``
+    for ``aten.mean.dim``), or None. Only functional overloads on a tensor: the binding
+    picks its overload from the arguments, and the wrapper passes this overload's."""
+    schema = overload._schema
+    if schema.is_mutable or not schema.arguments or str(schema.arguments[0].type) != "Tensor":
+        return None
+    name = schema.name.split("::")[-1]
+    return next((f"{path}.{name}" for module, path in _BINDINGS if hasattr(module, name)), None)
+
+
+def _wrapper_codegen() -> dict[str, Any]:
+    """Inductor's table of custom wrapper calls by fallback name ({} on a torch without it)."""
+    try:
+        from torch._inductor.codegen.custom_extern_kernel_codegen import CUSTOM_EXTERN_KERNEL_CODEGEN
+    except ImportError:
+        return {}
+    return CUSTOM_EXTERN_KERNEL_CODEGEN
+
+
+def _call_binding(binding: str) -> Any:
+    def codegen(node: Any, writeline: Any) -> None:
+        from torch._inductor.codegen.wrapper import ExternKernelAllocLine
+        from torch._inductor.virtualized import V
+
+        if V.graph.cpp_wrapper:  # the C++ wrapper calls the op's C shim: Inductor's own line
+            writeline(ExternKernelAllocLine(V.graph.wrapper_code, node))
+            return
+        args = [*node.codegen_args(), *node.codegen_kwargs()]
+        writeline(f"{node.get_name()} = {binding}({', '.join(args)})")
+
+    return codegen
+
+
+def eager_calls(overloads: Iterable[Any]) -> None:
+    """Inside ``tables_restored``: the Python wrapper calls these fallback overloads through
+    eager's binding instead of the OpOverload."""
+    try:
+        from torch._inductor.codegen.custom_extern_kernel_codegen import CustomCodegen
+    except ImportError:  # an older torch: its own calls stay
+        return
+    registry = _wrapper_codegen()
+    for overload in overloads:
+        binding = eager_binding(overload)
+        if binding is not None:
+            registry["torch.ops." + str(overload)] = CustomCodegen(python=_call_binding(binding))
 
 
 @contextlib.contextmanager
