@@ -9,7 +9,7 @@ thread: eager; a one-op region with the op as a fallback, in Inductor's own form
 change alone, and as sktune compiles it now (eager's binding, no asserts); and the same
 for a 4-op chain with the fallback second.
 
-Usage: python benchmarks/region_overhead.py [--rounds 25] [--cpp-wrapper]
+Usage: python benchmarks/region_overhead.py [--rounds 25] [--cpp-wrapper] [--lines]
 (prints figures; nothing is asserted; every form is checked bitwise against eager first)
 """
 
@@ -126,14 +126,39 @@ def per_call_us(fns: list[Callable[..., Any]], args: list[Any], rounds: int, cal
     return [statistics.median(s) for s in samples]
 
 
+def wrapper_lines(rounds: int) -> None:
+    """The wrapper's lines for a fallback, each alone: the OpOverload call (and its raw
+    ``_op``, without OpOverload.__call__) against eager's binding, and the two asserts."""
+    from torch._C._dynamo.guards import assert_alignment, assert_size_stride
+
+    aten = torch.ops.aten
+    x, (q, k) = _gen((1, 32, 128))[0], _gen((4, 1, 32), (4, 32, 33))
+    y = torch.mean(x, [-1], True)
+    lines: dict[str, Callable[[], Any]] = {
+        "torch.mean (eager's binding)": lambda: torch.mean(x, [-1], True),
+        "torch.ops.aten.mean.dim": lambda: aten.mean.dim(x, [-1], True),
+        "torch.ops.aten.mean.dim._op": lambda: aten.mean.dim._op(x, [-1], True),
+        "torch.bmm (eager's binding)": lambda: torch.bmm(q, k),
+        "torch.ops.aten.bmm.default": lambda: aten.bmm.default(q, k),
+        "assert_size_stride": lambda: assert_size_stride(y, (1, 32, 1), (32, 1, 1), "op"),
+        "assert_alignment": lambda: assert_alignment(y, 16, "op"),
+    }
+    for name, us in zip(lines, per_call_us(list(lines.values()), [], rounds)):
+        print(f"{name:<30} {us:6.2f} µs/call")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--cpp-wrapper", action="store_true", help="also sktune's form with the C++ wrapper (slow compiles)")
+    parser.add_argument("--lines", action="store_true", help="only the wrapper's lines for a fallback, each alone")
     opts = parser.parse_args()
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="sktune-region-overhead-"))
     torch.set_num_threads(1)
     torch.set_grad_enabled(False)
+    if opts.lines:
+        wrapper_lines(opts.rounds)
+        return
     forms = list(FORMS) + (["C++ wrapper"] if opts.cpp_wrapper else [])
     print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, 1 thread, "
           f"µs per call (median of {opts.rounds} interleaved rounds)")
