@@ -36,7 +36,7 @@ def run_command(
     no_stop: Annotated[bool, typer.Option("--no-stop", help="Run every trial: never stop early for lack of gains.")] = False,
     probe: Annotated[bool, typer.Option(help="Probe each op type alone for bitwise exactness first (where the backend probes; cached).")] = True,
     compile_helper: Annotated[bool, typer.Option(
-        help="A second process compiles half of each trial's new regions (inductor; uses a second core "
+        help="A second process compiles half of each trial's new regions (where the backend shares compiles; uses a second core "
              "while compiling, never while timing).")] = True,
     timeout: Annotated[float | None, typer.Option(min=1, help="Stop starting new trials after this many seconds.")] = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: MODEL-BACKEND). Same name + storage resumes.")] = None,
