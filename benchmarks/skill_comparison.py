@@ -68,11 +68,13 @@ class SkillProcedure:
 
     def _time(self, build: Any, times: int) -> list[float]:
         args = self.runner.args[0]
+        from sktune.backends.npu_profiling import profile_runs  # the npu backend's own profiler runs
+
         backend = self.runner.backend
         out = []
         for _ in range(times):
             fn = build()
-            _, spans = backend._profile([lambda: fn(*args)] * STEPS_PER_RUN, with_steps=True)
+            _, spans = profile_runs(backend, [lambda: fn(*args)] * STEPS_PER_RUN, with_steps=True)
             static = backend.static_compile_seconds() if fn is not self.runner.reference_fn else None
             if static:  # recorded at the compiled plan's first call, inside the profile's warm-up
                 self.compiles += 1
