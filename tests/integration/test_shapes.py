@@ -62,6 +62,7 @@ def test_each_shape_has_its_own_graph_and_a_plan_can_be_exact_at_one_shape_only(
     assert runner.describe().exactness["silu"]["alone"] is all(exact.values())
 
 
+@pytest.mark.slow  # ~55 s (8 trials at two shapes, so that fuse-all is reached); CI runs it (.ci/run)
 def test_multi_shape_run_rejects_a_plan_inexact_at_one_shape_and_reports_each_shape(
         test_models: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     if exact_widths_or_skip() != {"wide": True, "narrow": False}:
