@@ -15,6 +15,7 @@ from sktune.measure.op_profile import OpProfile
 from sktune.pipe.workload import ServedShape, Workload
 from sktune.graph.grouping import regions
 from sktune.plan import Plan, Scope
+from sktune.space.search_space import UNFUSED
 from sktune.space.encode import params_of
 from sktune.report import data
 from sktune.report.html import _shapes
@@ -96,7 +97,8 @@ def run(w: Workload, worker: ScriptedWorker, refined: int = 0) -> tuple[optuna.S
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="minimize", sampler=make_sampler(0), pruner=ClearlyWorsePruner())
     study.set_user_attr(StudyAttr.BACKEND, "inductor")
-    study.enqueue_trial(dict(starting_points(space, w)[0][1]), user_attrs={TrialAttr.ANCHOR: "safe-runs"})
+    study.enqueue_trial(dict(next(p for n, p in starting_points(space, w) if n != UNFUSED)),
+                        user_attrs={TrialAttr.ANCHOR: "safe-runs"})
     objective = make_objective(space, worker, ObjectiveRules(CHUNKS, 60.0, shapes=w.shape_weights), w.targets,
                                w.exact())
     search(study, objective, Effort(1, CHUNKS, None, 0))
