@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
@@ -57,8 +57,19 @@ def next_refinement(study: optuna.Study, space: SearchSpace,
     if not searched:
         return None
     best = study.trials[searched[0].number]
-    plan = Plan.from_json(best.user_attrs[TrialAttr.PLAN])
     tried = {json_key(t.user_attrs.get(TrialAttr.PLAN)) for t in study.trials}
+    for name, value, overrides, variant in costly_variants(study, space, best, whole_region_cap):
+        if json_key(variant.to_json()) not in tried:
+            return f"{REFINED}{name}={value}", dict(best.params), overrides
+    return None
+
+
+def costly_variants(study: optuna.Study, space: SearchSpace, best: optuna.trial.FrozenTrial,
+                    whole_region_cap: float | None) -> Iterator[tuple[str, Any, dict[str, Any], Plan]]:
+    """(option, value, option overrides, plan) for each costly option value that can change
+    ``best``'s plan, one at a time; whole regions only where they cost at most
+    ``whole_region_cap`` trials. The refinement's rule, also each shape's yardstick's."""
+    plan = Plan.from_json(best.user_attrs[TrialAttr.PLAN])
     whole_regions = backend_class(study.user_attrs[StudyAttr.BACKEND]).whole_region_option
     for option in space.options:
         for value in option.costly_choices:
@@ -67,10 +78,7 @@ def next_refinement(study: optuna.Study, space: SearchSpace,
             if option.name == whole_regions and too_costly(study, whole_region_cap) is not None:
                 continue
             overrides = {**(best.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}), option.name: value}
-            variant = space.with_options(plan, overrides)
-            if json_key(variant.to_json()) not in tried:
-                return f"{REFINED}{option.name}={value}", dict(best.params), overrides
-    return None
+            yield option.name, value, overrides, space.with_options(plan, overrides)
 
 
 def whole_region_cost(study: optuna.Study) -> dict[str, float] | None:

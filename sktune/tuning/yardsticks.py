@@ -51,9 +51,8 @@ from sktune.space.encode import params_of
 from sktune.space.search_space import SearchSpace
 from sktune.pipe.workload import Workload
 from sktune.tuning.objective import TrialFailed
-from sktune.backends import backend_class
-from sktune.tuning.records import StudyAttr, TrialAttr, feasible_trials, is_yardstick
-from sktune.tuning.refine import REFINED, changes_anything, too_costly
+from sktune.tuning.records import TrialAttr, feasible_trials, is_yardstick
+from sktune.tuning.refine import REFINED, costly_variants
 from sktune.tuning.shapes import best_alone, outcomes_of
 from sktune.tuning.space_setup import space_from_workload, starting_points
 
@@ -148,22 +147,13 @@ def refinements(study: optuna.Study, space: SearchSpace, whole_region_cap: float
         return out
     tried = {(t.user_attrs[TrialAttr.YARDSTICK], json.dumps(t.user_attrs.get(TrialAttr.PLAN), sort_keys=True))
              for t in study.get_trials(deepcopy=False) if is_yardstick(t)}
-    whole_regions = backend_class(study.user_attrs[StudyAttr.BACKEND]).whole_region_option
     for shape, (number, _) in best_alone(study.get_trials(deepcopy=False), yardsticks=True).items():
         best = study.trials[number]
-        plan = Plan.from_json(best.user_attrs[TrialAttr.PLAN])
-        for option in space.options:
-            for value in option.costly_choices:
-                if plan.option_dict.get(option.name) == value or not changes_anything(study, plan, space, option.name):
-                    continue
-                if option.name == whole_regions and too_costly(study, whole_region_cap) is not None:
-                    continue
-                overrides = {**(best.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}), option.name: value}
-                variant = json.dumps(space.with_options(plan, overrides).to_json(), sort_keys=True)
-                if (shape, variant) not in tried:
-                    out.append(Yardstick(shape, f"{best.user_attrs[TrialAttr.ANCHOR]}+{option.name}={value}",
-                                         dict(best.params), tuple(best.user_attrs.get(TrialAttr.PROBE_EXACT_AT) or ()),
-                                         overrides))
+        for name, value, overrides, variant in costly_variants(study, space, best, whole_region_cap):
+            if (shape, json.dumps(variant.to_json(), sort_keys=True)) not in tried:
+                out.append(Yardstick(shape, f"{best.user_attrs[TrialAttr.ANCHOR]}+{name}={value}",
+                                     dict(best.params), tuple(best.user_attrs.get(TrialAttr.PROBE_EXACT_AT) or ()),
+                                     overrides))
     return out
 
 
