@@ -7,7 +7,7 @@ worker pipe as JSON and comes back as the same object in the tuner's process.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,23 +32,42 @@ class OptionSpec:
     # Values that make a compile much slower (tens of seconds on a deep model). The sampler
     # never picks them; after the search the best plan is tried with each (tuning/refine.py).
     costly_choices: tuple[Any, ...] = ()
+    # Choices that keep exact only the op types named and drop the safety elsewhere (npu:
+    # ``only:T`` flushes the cache around T alone, ``none`` around nothing): after a mismatch
+    # is bisected to some op types, the search tries the choice that guards them
+    # (tuning/dcci_seed.py). (): the option has no such choices.
+    guards: tuple[tuple[Any, tuple[str, ...]], ...] = ()
 
     @property
     def sampled_choices(self) -> tuple[Any, ...]:
         """The choices the search samples from: all but the costly ones."""
         return tuple(c for c in self.choices if c not in self.costly_choices)
 
+    def guarded(self, choice: Any) -> frozenset[str] | None:
+        """The op types ``choice`` alone keeps exact; None: it is not a guard choice."""
+        return next((frozenset(types) for c, types in self.guards if c == choice), None)
+
+    def guard_for(self, culprit_types: Sequence[str]) -> Any | None:
+        """The sampled guard choice that covers every guardable type among ``culprit_types``,
+        with the fewest types; None when the culprit holds none or no choice covers them."""
+        guards = {c: frozenset(types) for c, types in self.guards if c in self.sampled_choices}
+        wanted = frozenset(culprit_types) & frozenset().union(*guards.values())
+        covering = [c for c, types in guards.items() if wanted and wanted <= types]
+        return min(covering, key=lambda c: len(guards[c])) if covering else None
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "choices": list(self.choices), "default": self.default,
                 "may_change_numerics": self.may_change_numerics, "doc": self.doc,
                 "exact_choice": self.exact_choice, "fuse_all_choice": self.fuse_all_choice,
-                "costly_choices": list(self.costly_choices)}
+                "costly_choices": list(self.costly_choices),
+                **({"guards": [[c, list(types)] for c, types in self.guards]} if self.guards else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "OptionSpec":
         return cls(data["name"], tuple(data["choices"]), data["default"], bool(data.get("may_change_numerics")),
                    data.get("doc", ""), data.get("exact_choice"), data.get("fuse_all_choice"),
-                   tuple(data.get("costly_choices") or ()))
+                   tuple(data.get("costly_choices") or ()),
+                   tuple((c, tuple(types)) for c, types in data.get("guards") or ()))
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from sktune.backends.npu_option_space import (DCCI_STRATEGY, dcci_options_for, o
                                               search_options)
 from sktune.backends.npu_first_run import CheckedFirstRun, cann_work_path, made
 from sktune.backends.npu_fusion import planned_vs_actual
-from sktune.backends.npu_meta import FAIL_REASONS, meta_files
+from sktune.backends.npu_meta import FAIL_REASONS, RECOGNISED_FORMS, meta_files
 from sktune.backends.npu_profiling import profile_runs
 from sktune.backends.npu_static_cache import static_cache_rule
 from sktune.errors import PlanError, SktuneError
@@ -274,7 +274,9 @@ class NpuBackend(Backend):
         cand = [per_step[i] * 1e-6 for i in range(1, len(per_step), 2)]
         return base, cand, {"superkernels": summary["superkernels"],
                             "fusion_fail_reasons": summary["fusion_fail_reasons"] + self._fail_reasons(),
-                            "profile_dir": summary["profile_dir"], "effective_options": self.last_effective}
+                            "profile_dir": summary["profile_dir"], "effective_options": self.last_effective,
+                            # what an unchecked dump should have been (the study's one warning)
+                            **({} if self.last_effective == "checked" else {"effective_options_forms": RECOGNISED_FORMS})}
 
     def static_compile_seconds(self) -> dict[str, Any] | None:
         return self.last_static

@@ -46,14 +46,6 @@ def only_types(strategy: str) -> frozenset[str] | None:
     return frozenset(strategy.removeprefix(ONLY).split("+")) if strategy.startswith(ONLY) else None
 
 
-def culprit_choice(choices: Sequence[str], culprit_types: Sequence[str]) -> str | None:
-    """The ``only:`` choice that flushes around every gather-class type among the culprit's,
-    with the fewest types; None when the culprit holds none or no choice covers them."""
-    wanted = set(gather_class(culprit_types))
-    covering = [c for c in choices if (types := only_types(c)) is not None and wanted <= types]
-    return min(covering, key=lambda c: len(only_types(c) or ())) if wanted and covering else None
-
-
 def search_options(op_types: Sequence[str], key_set: KeySet = FULL_KEY_SET) -> list[OptionSpec]:
     """The SuperKernel option space for a graph holding ``op_types`` (Ascend op types),
     limited to the keys ``key_set`` accepts: the old key set has none of the searched ones,
@@ -72,14 +64,18 @@ def search_options(op_types: Sequence[str], key_set: KeySet = FULL_KEY_SET) -> l
             raise NpuOptionError(f"op type {t!r} cannot go into a dcci pattern: only letters, digits, '_', '-' "
                                  "(a '.' would match any character)")
         seen[t] = None
-    choices = ("safe", "none", *(f"disable:{t}" for t in seen), *only_choices(list(seen)))
+    only = only_choices(list(seen))
+    choices = ("safe", "none", *(f"disable:{t}" for t in seen), *only)
+    # What each choice alone keeps exact: ``only:`` its gather types, ``none`` nothing
+    # (tuning/dcci_seed.py repairs a mismatch in a gather with the choice that guards it).
+    guards = (("none", ()), *((c, tuple(sorted(only_types(c) or ()))) for c in only))
     # Default "none": what the runtime does when no dcci key is given. "safe" is the value
     # known to keep results (exact_choice), as the field reports say.
     out.append(OptionSpec(DCCI_STRATEGY, choices, "none", True,
                           "safe: dcci_after_kernel_end=['.*']; none: runtime default; disable:T: "
                           "dcci_disable_on_kernel=['.*T.*']; only:T1+T2: dcci_disable_on_kernel=['.*'] and "
                           "dcci_after_kernel_end=['.*T1.*', '.*T2.*'] (all but safe can corrupt results silently)",
-                          "safe"))
+                          "safe", guards=guards))
     return out
 
 
@@ -116,5 +112,5 @@ def optimize_options_from_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["DCCI_STRATEGY", "ONLY", "culprit_choice", "dcci_options_for", "gather_class", "only_choices",
+__all__ = ["DCCI_STRATEGY", "ONLY", "dcci_options_for", "gather_class", "only_choices",
            "only_types", "optimize_options_from_params", "search_options"]

@@ -1,8 +1,9 @@
-"""npu dcci from the culprit: after a mismatch is bisected to an op range, the same plan
-with the data-cache flush disabled everywhere except around the gather-class kernels of
-that range (``only:<types>``), queued as the study's next trial.
+"""A repair from the culprit: after a mismatch is bisected to an op range, the same plan
+with the option choice that guards that range's op types (``OptionSpec.guards``), queued
+as the study's next trial. Any backend may declare guard choices; npu does (dcci).
 
-A gather-class kernel in a SuperKernel without a flush can read stale scalars
+On npu the repair disables the data-cache flush everywhere except around the gather-class
+kernels of that range (``only:<types>``). A gather-class kernel in a SuperKernel without a flush can read stale scalars
 (docs/superkernel.md, "Options that may change results"), while every other flush only
 costs time. The bisection names the culprit's Ascend op types (``TrialRunner.bisect``,
 ``kernel_types``), so the fastest repair to try is to flush around those alone. The trial
@@ -13,8 +14,9 @@ from and that trial's time ratio. The starting points wait one at a time
 
 Only the repair that matters is queued, not one per mismatch: none when an earlier repair
 of a plan at least as fast is waiting, running or came out exact (the same gathers
-flushed in a slower plan cannot win), and none for a plan with no flush at all (``none``)
-that is no faster than the best exact trial (flushing adds time: its repair cannot beat it).
+flushed in a slower plan cannot win), and none for a plan whose choice guards less than the
+repair's (npu: ``none``, no flush at all) that is no faster than the best exact trial
+(flushing adds time: its repair cannot beat it).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from sktune.backends.npu_option_space import DCCI_STRATEGY, culprit_choice
+from sktune.capabilities import OptionSpec
 from sktune.space.search_space import SearchSpace
 from sktune.pipe.protocol import BisectResult
 from sktune.tuning.records import TrialAttr, feasible_ratios, is_feasible
@@ -35,21 +37,26 @@ log = logging.getLogger(__name__)
 DCCI_FROM_CULPRIT = "dcci-from-culprit"  # the seed's anchor name
 
 
+def guarded_option(space: SearchSpace, params: dict[str, Any]) -> OptionSpec | None:
+    """The space's option with guard choices that ``params`` sets, or None."""
+    return next((o for o in space.options if o.guards and o.name in params), None)
+
+
 def dcci_seed(space: SearchSpace, params: dict[str, Any], found: BisectResult) -> dict[str, Any] | None:
-    """``params`` with the ``only:`` choice that covers the culprit's gather-class types, or
-    None: no dcci choice in the space, no types known, none gather-class, or nothing new."""
-    option = next((o for o in space.options if o.name == DCCI_STRATEGY), None)
-    if option is None or DCCI_STRATEGY not in params or not found.kernel_types:
+    """``params`` with the guard choice that covers the culprit's guardable types, or None:
+    no guarded option in the space, no types known, none guardable, or nothing new."""
+    option = guarded_option(space, params)
+    if option is None or not found.kernel_types:
         return None
-    choice = culprit_choice(option.sampled_choices, found.kernel_types)
-    if choice is None or params[DCCI_STRATEGY] == choice:
-        return None  # already flushed there: the mismatch has another cause
-    return {**params, DCCI_STRATEGY: choice}
+    choice = option.guard_for(found.kernel_types)
+    if choice is None or params[option.name] == choice:
+        return None  # already guarded there: the mismatch has another cause
+    return {**params, option.name: choice}
 
 
-def not_worth_it(study: optuna.Study, ratio: float, strategy: str) -> str | None:
-    """Why a repair of an inexact plan timed at ``ratio`` (dcci ``strategy``) is not worth a
-    trial (module docstring), or None."""
+def not_worth_it(study: optuna.Study, ratio: float, option: OptionSpec, choice: Any, repair: Any) -> str | None:
+    """Why a repair (``option`` from ``choice`` to ``repair``) of an inexact plan timed at
+    ``ratio`` is not worth a trial (module docstring), or None."""
     for t in study.get_trials(deepcopy=False):
         if t.user_attrs.get(TrialAttr.ANCHOR) != DCCI_FROM_CULPRIT:
             continue
@@ -58,7 +65,9 @@ def not_worth_it(study: optuna.Study, ratio: float, strategy: str) -> str | None
                                                        or is_feasible(t)):
             return f"trial {t.number} repairs a plan at least as fast ({source:.3f})"
     best = min(feasible_ratios(study), default=None)
-    if strategy == "none" and best is not None and best <= ratio:
+    had, gets = option.guarded(choice), option.guarded(repair)
+    adds_only = had is not None and gets is not None and had <= gets  # more guards, none dropped
+    if adds_only and best is not None and best <= ratio:
         return f"flushes only add time, and the best exact trial is faster ({best:.3f})"
     return None
 
@@ -70,10 +79,12 @@ def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: BisectResu
     (module docstring). Options set outside the sampled domain (a refinement's, fuse-all's)
     go with it."""
     params = dcci_seed(space, dict(trial.params), found)
-    if params is None or found.kernel_types is None:
+    option = guarded_option(space, dict(trial.params))
+    if params is None or option is None or found.kernel_types is None:
         return None
     kernel_types = list(found.kernel_types)
-    if ratio is not None and (why_not := not_worth_it(trial.study, ratio, str(trial.params[DCCI_STRATEGY]))):
+    choice, repair = trial.params[option.name], params[option.name]
+    if ratio is not None and (why_not := not_worth_it(trial.study, ratio, option, choice, repair)):
         log.info("trial %d: mismatch in %s; not repaired: %s", trial.number, kernel_types, why_not)
         return None
     overrides = trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}
@@ -84,9 +95,8 @@ def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: BisectResu
     if overrides:
         attrs[TrialAttr.OPTION_OVERRIDES] = overrides
     trial.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)  # a repeat culprit: queued once
-    log.info("trial %d: mismatch in %s; queued it with %s=%s", trial.number, kernel_types,
-             DCCI_STRATEGY, params[DCCI_STRATEGY])
-    return str(params[DCCI_STRATEGY])
+    log.info("trial %d: mismatch in %s; queued it with %s=%s", trial.number, kernel_types, option.name, repair)
+    return str(repair)
 
 
-__all__ = ["DCCI_FROM_CULPRIT", "dcci_seed", "enqueue_dcci_seed", "not_worth_it"]
+__all__ = ["DCCI_FROM_CULPRIT", "dcci_seed", "enqueue_dcci_seed", "guarded_option", "not_worth_it"]

@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from sktune.backends.npu_option_space import search_options
-from sktune.capabilities import Capabilities
+from sktune.capabilities import Capabilities, OptionSpec
 from sktune.space.ascend_anchors import superkernel_anchors
 from sktune.space.search_space import SearchSpace, build_space
 from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT, enqueue_dcci_seed, not_worth_it
@@ -27,6 +27,15 @@ def space() -> SearchSpace:
     options = tuple(search_options(["Add", "GatherV2", "MatMulV2", "Mul"]))
     capabilities = Capabilities(options=options, unmarked_plans=True, anchor_set="superkernel")
     return build_space(TARGETS, MODULES, list(range(len(TARGETS) - 1)), capabilities)
+
+
+def dcci(space: SearchSpace) -> OptionSpec:
+    return next(o for o in space.options if o.name == "dcci_strategy")
+
+
+def why_not(study: optuna.Study, space: SearchSpace, ratio: float, choice: str) -> str | None:
+    """Why repairing a plan with ``choice`` (to flush around the culprit's GatherV2) is not worth it."""
+    return not_worth_it(study, ratio, dcci(space), choice, "only:GatherV2")
 
 
 def whole(space: SearchSpace, dcci: str, **options: Any) -> dict[str, Any]:
@@ -75,8 +84,8 @@ def test_the_first_mismatch_queues_its_repair_with_the_ratio_it_came_from(space:
 def test_a_slower_mismatch_queues_nothing_while_a_faster_ones_repair_waits_or_is_exact(space: SearchSpace) -> None:
     study = new_study()
     run(study, space, whole(space, "none"), 0.30, 3)
-    assert not_worth_it(study, 0.35, "disable:Mul") == "trial 1 repairs a plan at least as fast (0.300)"
-    assert not_worth_it(study, 0.20, "none") is None  # faster than the plan being repaired
+    assert why_not(study, space, 0.35, "disable:Mul") == "trial 1 repairs a plan at least as fast (0.300)"
+    assert why_not(study, space, 0.20, "none") is None  # faster than the plan being repaired
     run(study, space, None, 0.31, 0)  # the repair: exact
     run(study, space, whole(space, "none", early_start=1), 0.35, 3)
     assert len(repairs(study)) == 1
@@ -87,11 +96,11 @@ def test_a_slower_mismatch_queues_nothing_while_a_faster_ones_repair_waits_or_is
 def test_a_no_flush_plan_slower_than_the_best_exact_is_not_repaired(space: SearchSpace) -> None:
     study = new_study()
     run(study, space, whole(space, "safe"), 0.40, 0)
-    assert "the best exact trial is faster (0.400)" in str(not_worth_it(study, 0.45, "none"))
+    assert "the best exact trial is faster (0.400)" in str(why_not(study, space, 0.45, "none"))
     run(study, space, whole(space, "none"), 0.45, 3)
     assert repairs(study) == []
     # A plan that flushes elsewhere may be slower than its repair: still worth one.
-    assert not_worth_it(study, 0.45, "disable:GatherV2") is None
+    assert why_not(study, space, 0.45, "disable:GatherV2") is None
 
 
 def test_a_repair_that_came_out_inexact_does_not_block_the_next(space: SearchSpace) -> None:
@@ -99,7 +108,7 @@ def test_a_repair_that_came_out_inexact_does_not_block_the_next(space: SearchSpa
     run(study, space, whole(space, "none"), 0.30, 3)
     run(study, space, None, 0.31, 2)  # the repair: mismatches of another cause
     assert repairs(study)[0].state == optuna.trial.TrialState.COMPLETE  # ran, still inexact
-    assert not_worth_it(study, 0.35, "none") is None
+    assert why_not(study, space, 0.35, "none") is None
 
 
 def test_the_speed_option_anchors_come_right_after_unfused(space: SearchSpace) -> None:

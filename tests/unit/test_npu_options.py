@@ -27,7 +27,6 @@ from sktune.backends.npu_option_schema import (
     check_torch_npu_version,
 )
 from sktune.backends.npu_option_space import (
-    culprit_choice,
     dcci_options_for,
     only_types,
     optimize_options_from_params,
@@ -384,12 +383,14 @@ def test_only_strategies_round_trip_and_validate():
         validate_options(optimize_options_from_params({"dcci_strategy": choice}))
 
 
-def test_culprit_choice_covers_the_culprits_gathers_with_the_fewest_types():
-    choices = search_options(["Add", "GatherV2", "IndexAdd", "ScatterElements"])[-1].choices
-    assert culprit_choice(choices, ["Add", "GatherV2", "MatMulV2"]) == "only:GatherV2"
-    assert culprit_choice(choices, ["GatherV2", "IndexAdd"]) == "only:GatherV2+IndexAdd+ScatterElements"
-    assert culprit_choice(choices, ["Add", "MatMulV2"]) is None  # no gather in the range: nothing to flush
-    assert culprit_choice(("safe", "none"), ["GatherV2"]) is None  # not in the space: never seeded
+def test_the_dcci_guard_for_a_culprit_covers_its_gathers_with_the_fewest_types():
+    dcci = search_options(["Add", "GatherV2", "IndexAdd", "ScatterElements"])[-1]
+    assert dcci.guard_for(["Add", "GatherV2", "MatMulV2"]) == "only:GatherV2"
+    assert dcci.guard_for(["GatherV2", "IndexAdd"]) == "only:GatherV2+IndexAdd+ScatterElements"
+    assert dcci.guard_for(["Add", "MatMulV2"]) is None  # no gather in the range: nothing to flush
+    assert search_options(["Add"])[-1].guard_for(["GatherV2"]) is None  # not in the space: never seeded
+    assert dcci.guarded("none") == frozenset() and dcci.guarded("safe") is None  # safe guards all: no guard choice
+    assert type(dcci).from_json(dcci.to_json()) == dcci  # the guards cross the worker pipe
 
 
 def test_search_space_follows_the_key_set():

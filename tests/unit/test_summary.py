@@ -55,7 +55,8 @@ def npu_result(seconds: float, uncached: float, effective: str) -> "TrialResult"
     from sktune.pipe.protocol import StaticCompile, TrialResult
 
     return TrialResult(True, (), PairedTiming(1e-3, 1e-3, 1.0, (0.99, 1.01), 10), (), (), 0.1, 0.1, 0.1,
-                       {"effective_options": effective}, StaticCompile(seconds, uncached, emulated=True))
+                       {"effective_options": effective, "effective_options_forms": "sk_meta/sk_options.json"},
+                       StaticCompile(seconds, uncached, emulated=True))
 
 
 def test_static_compile_reaches_the_summary_with_one_effective_options_warning(
@@ -83,6 +84,7 @@ def test_static_compile_reaches_the_summary_with_one_effective_options_warning(
     assert out["estimated_host_time"] == {"wall_s": 10.0, "with_cache_s": 40.0, "without_cache_s": 60.0,
                                           "emulated": True}
     assert out["effective_options_checked"] is False and "trial 2" in out["effective_options_warning"]
+    assert "compares only sk_meta/sk_options.json" in out["effective_options_warning"]  # the backend's forms
     assert "estimated host time (emulated)" in render(study)
     _print_summary(out)
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps lines
