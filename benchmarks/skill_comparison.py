@@ -89,8 +89,10 @@ class SkillProcedure:
         return self.runner.mismatches(self.space.decode(params)) == 0
 
     def tune(self) -> dict[str, Any]:
+        from sktune.space.ascend_anchors import FULL_MODEL
+
         baseline = statistics.mean(self.run(None, 5))
-        strategies = {"automatic": "no-scopes", "broad decode": "full-model", "per block": "scope-per-layer",
+        strategies = {"automatic": "no-scopes", "broad decode": FULL_MODEL, "per block": "scope-per-layer",
                       "semantic segment": "scope-per-mlp"}
         scored = {}
         for label, anchor in strategies.items():

@@ -28,6 +28,8 @@ from typing import Any
 
 from sktune.space.search_space import NO_SCOPES, UNFUSED, SearchSpace
 
+FULL_MODEL = "full-model"  # one scope over everything: the superkernel set's fuse-everything anchor
+
 Anchor = tuple[str, dict[str, Any]]
 # A whole module-path segment: ``mlp``, ``block_sparse_moe``, ``shared_expert``, ``ffn2``; not a
 # norm named after its MLP (``post_mlp_norm``, ``pre_feedforward_layernorm``).
@@ -56,9 +58,9 @@ def superkernel_anchors(space: SearchSpace, modules: Sequence[str]) -> list[Anch
     anchors: list[Anchor] = [(UNFUSED, space.params_for(nothing, **defaults))]
     if space.unmarked_choice:
         anchors.append(("no-scopes", {**space.params_for(everything, **defaults), NO_SCOPES: True}))
-    anchors.append(("full-model", space.params_for(everything, **defaults)))
+    anchors.append((FULL_MODEL, space.params_for(everything, **defaults)))
     if "dcci_strategy" in defaults:
-        anchors.append(("full-model+dcci_after_kernel_end",
+        anchors.append((f"{FULL_MODEL}+dcci_after_kernel_end",
                         space.params_for(everything, **{**defaults, "dcci_strategy": "safe"})))
     if space.repeats is not None:
         anchors.append(("scope-per-layer", space.params_for(everything, split=space.unit_edges(), **defaults)))
@@ -71,7 +73,7 @@ def superkernel_anchors(space: SearchSpace, modules: Sequence[str]) -> list[Anch
         return anchors
     base = dict(anchors)
     fast = [(f"{name}+speed-options", {**base[name], **speed})
-            for name in ("no-scopes", "full-model+dcci_after_kernel_end") if name in base]
+            for name in ("no-scopes", f"{FULL_MODEL}+dcci_after_kernel_end") if name in base]
     return anchors[:1] + fast + anchors[1:]  # unfused, the likely fastest, then the rest
 
 

@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
+from sktune.space.ascend_anchors import FULL_MODEL
 from sktune.space.search_space import FUSE_ALL
 
 BITWISE_CONSTRAINT = "bitwise"  # the trial's constraint: its mismatch count (≤ 0: exact)
@@ -224,7 +225,7 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
     return top[0] if top else None
 
 
-FUSE_EVERYTHING = (FUSE_ALL, "full-model")  # the fuse-everything anchor of each anchor set
+FUSE_EVERYTHING = (FUSE_ALL, FULL_MODEL)  # the fuse-everything anchor of each anchor set
 
 
 def anchor_record(study: optuna.Study, anchor: str) -> TrialRecord | None:
