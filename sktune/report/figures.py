@@ -20,6 +20,7 @@ _PALETTE = [c for c in qualitative.Plotly + qualitative.D3 + qualitative.Set2 if
 _STATUS = {  # history: how each kind of trial is drawn
     "exact": {"symbol": "circle", "color": "#1f77b4", "name": "bitwise-exact"},
     "not exact": {"symbol": "x", "color": "#ff7f0e", "name": "not bitwise (infeasible)"},
+    "yardstick": {"symbol": "star-open", "color": "#2ca02c", "name": "one shape's yardstick (never the best)"},
     "failed": {"symbol": "triangle-down", "color": "#d62728", "name": "failed (hang, crash, error)"},
     "pruned": {"symbol": "diamond-open", "color": "#7f7f7f", "name": "pruned (clearly slower; partly measured)"},
     "skipped": {"symbol": "line-ew-open", "color": "#9467bd", "name": "skipped (probe: cannot be bitwise)"},

@@ -182,7 +182,7 @@ def _trials(study: optuna.Study, emulated: bool = False) -> str:
     frame = trials_data.trials_table(study)
     rows = []
     for r in frame.itertuples():
-        bit = {"yes": "ok", "no": "bad"}.get(r.bitwise, "")
+        bit = "ok" if r.bitwise.startswith("yes") else "bad" if r.bitwise.startswith("no") else ""
         rows.append([cell(r.number), cell(r.state), cell(r.anchor),
                      cell(None if r.step_s is None or pd.isna(r.step_s) else r.step_s * 1e6,
                            num(None if r.step_s is None or pd.isna(r.step_s) else r.step_s * 1e6, ".1f")),

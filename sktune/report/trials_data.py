@@ -26,7 +26,18 @@ def _status(r: TrialRecord) -> str:
         return "pruned" if r.ratio is not None else "skipped"
     if r.state != "COMPLETE":
         return "failed"
+    if r.yardstick is not None:  # measured at one shape only: never the best, whether exact there or not
+        return "yardstick"
     return "exact" if r.feasible else "not exact"
+
+
+def _bitwise(r: TrialRecord) -> str:
+    """The trials table's bitwise cell: a yardstick says the one shape it was checked at."""
+    if r.state != "COMPLETE":
+        return ""
+    if r.yardstick is not None:
+        return f"yes, at {r.yardstick} only" if r.exact else f"no, at {r.yardstick}"
+    return "yes" if r.feasible else "no"
 
 
 def history(study: optuna.Study) -> pd.DataFrame:
@@ -110,11 +121,10 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
             continue
         r = TrialRecord.of(t)
         lo, hi = r.ratio_ci or (None, None)
-        complete = t.state == optuna.trial.TrialState.COMPLETE
         rows.append({"number": t.number, "state": t.state.name, "anchor": t.user_attrs.get(TrialAttr.ANCHOR, ""),
                      "step_s": r.candidate_s, "baseline_s": r.baseline_s,
                      "ratio": r.ratio, "ratio_lo": lo, "ratio_hi": hi,
-                     "bitwise": ("yes" if r.feasible else "no") if complete else "",
+                     "bitwise": _bitwise(r),
                      "reason": r.failure or _mismatch_line(t.user_attrs.get(TrialAttr.MISMATCHES) or [])})
     return pd.DataFrame(rows, columns=["number", "state", "anchor", "step_s", "baseline_s", "ratio",
                                        "ratio_lo", "ratio_hi", "bitwise", "reason"])

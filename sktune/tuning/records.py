@@ -166,6 +166,8 @@ class TrialRecord:
     plan: dict[str, Any] | None
     anchor: str | None
     failure: str | None  # failed, skipped or pruned: why
+    yardstick: str | None = None  # the one shape it was measured at: never the best (tuning/yardsticks.py)
+    exact: bool = False  # complete with no mismatch (a yardstick at its one shape; feasible adds "not a yardstick")
 
     @property
     def ratio(self) -> float | None:
@@ -190,6 +192,8 @@ class TrialRecord:
             number=t.number, state=t.state.name, feasible=is_feasible(t), timing=timing_of(t),
             plan=attrs.get(TrialAttr.PLAN), anchor=attrs.get(TrialAttr.ANCHOR),
             failure=attrs.get(TrialAttr.FAILURE) or attrs.get(TrialAttr.SKIPPED) or attrs.get(TrialAttr.PRUNED),
+            yardstick=attrs.get(TrialAttr.YARDSTICK),
+            exact=t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values()),
         )
 
 

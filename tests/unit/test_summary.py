@@ -97,3 +97,23 @@ def test_inductor_study_has_no_static_compile_figures() -> None:
     out = summary(study_whose_best_fuses_nothing(0.96))
     assert out["static_compile"] is None and out["estimated_host_time"] is None
     assert out["effective_options_checked"] is None
+
+
+def test_a_yardstick_reads_as_exact_at_its_one_shape_not_as_not_exact() -> None:
+    """A yardstick is never feasible (it must not be named best), yet the report's trials
+    table and history say where it was exact instead of "not exact"."""
+    from sktune.report import trials_data
+
+    study = study_whose_best_fuses_nothing(0.96)
+    dist = {"block:0": optuna.distributions.CategoricalDistribution(["eager", "fuse"])}
+    for mismatches in (0.0, 3.0):
+        study.add_trial(optuna.trial.create_trial(
+            value=0.5, params={"block:0": "fuse"}, distributions=dist,
+            user_attrs={"plan": _plan([("sk0", 0, 3)]), "timing": _timing(0.5), "anchor": "yardstick:bs1",
+                        "yardstick": "bs1", "mismatches": []},
+            constraints={"bitwise": mismatches}))
+    table = trials_data.trials_table(study)
+    assert table["bitwise"].tolist() == ["yes", "no", "yes, at bs1 only", "no, at bs1"]
+    assert trials_data.history(study)["status"].tolist() == ["exact", "not exact", "yardstick", "yardstick"]
+    assert summary(study)["best_trial"] == 0  # still never the best
+    assert "yes, at bs1 only" in render(study)
