@@ -18,7 +18,8 @@ from sktune.backends import get_backend
 from sktune.tuning.budget import Effort, Patience, TrialBudget
 from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
-from sktune.tuning.records import FUSE_ALL, StudyAttr, ran_anchor
+from sktune.space.search_space import UNFUSED
+from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
 from sktune.tuning.refine import refine_best
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
@@ -46,6 +47,26 @@ def search(study: optuna.Study, objective: Callable[[optuna.Trial], float], effo
     first: list[TrialCallback] = [] if starting is None else [starting]
     study.optimize(objective, n_trials=None, timeout=timeout, catch=(TrialFailed,),
                    callbacks=first + stop + (callbacks or []))
+    if starting is not None:
+        run_unfused_if_missing(study, objective, starting, callbacks)
+
+
+def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Trial], float], starting: StartingQueue,
+                           callbacks: list[TrialCallback] | None = None) -> None:
+    """The unfused plan as a trial of its own when the search ended before it ran.
+
+    It runs after the starting points that can be the best (space_setup.likely_best_first),
+    so a small budget or a timeout can end the search first; the finalists' round needs it
+    (a fused plan is named only when measurably faster than it). The trials still waiting
+    run with it, oldest first, as Optuna runs queued trials.
+    """
+    params = next((p for name, p in starting.points if name == UNFUSED), None)
+    if params is None or ran_anchor(study, UNFUSED):
+        return
+    log.info("running the unfused plan for the finalists' round: the search ended before it ran")
+    study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: UNFUSED}, skip_if_exists=True)
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    study.optimize(objective, n_trials=len(waiting), catch=(TrialFailed,), callbacks=callbacks or [])
 
 
 def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
