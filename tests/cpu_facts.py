@@ -56,10 +56,9 @@ def eager_order_sum_is_atens() -> bool:
     return sum_lanes() == _eager_order_lanes()
 
 
-# Known gap (reported, not fixed here: sktune/ is not the tests'): eager_order writes ATen's
-# sum out with 8 lanes, which is every x86 build and SVE256; ARM's NEON ATen adds 4 lanes.
-# There the probe finds the rewrite inexact and the search does not use it; a test that
-# asserts the rewrite is bitwise is expected to fail.
+# eager_order reads its lanes at run time (eager_order.aten_sum_lanes); should the two ever
+# differ (a CPU neither has read), the probe finds the rewrite inexact and the search does
+# not use it, and a test that asserts the rewrite is bitwise is expected to fail.
 needs_eager_order_sum = pytest.mark.xfail(
     not eager_order_sum_is_atens(),
     reason=f"eager_order.LANES = {_eager_order_lanes()}, ATen's sum here adds {sum_lanes()} lanes "

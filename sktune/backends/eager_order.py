@@ -30,6 +30,7 @@ else keeps Inductor's own lowering.
 from __future__ import annotations
 
 import contextlib
+import platform
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,7 +40,20 @@ from sktune.backends.inductor_tables import eager_calls, tables_restored
 
 aten = torch.ops.aten
 
-LANES = 8  # Vectorized<float> width of the build ATen's sum kernel runs (AVX2)
+
+
+def aten_sum_lanes() -> int:
+    """Floats in the ``Vectorized<float>`` that ATen's sum kernel adds on this CPU, read at
+    run time. x86: 8 on every build (``REGISTER_DISPATCH`` registers nullptr in an AVX-512
+    build, so AVX-512 CPUs run the AVX2 sum; the DEFAULT build has 32-byte arrays);
+    aarch64: NEON has 16-byte vectors (4), SVE256 32 bytes (8). docs/measured.md, "Which
+    CPU facts the tests rely on"."""
+    if platform.machine() in ("aarch64", "arm64"):
+        return 8 if torch.backends.cpu.get_cpu_capability() == "SVE256" else 4
+    return 8
+
+
+LANES = aten_sum_lanes()  # ATEN_CPU_CAPABILITY is read once per process, as ATen does
 ILP = 4  # interleaved partial sums in ATen's row_sum
 LEVELS = 4  # levels of ATen's multi_row_sum cascade
 MAX_LENGTH = 512

@@ -2,9 +2,9 @@
 fused (on this project's x86 CPUs with torch 2.13: docs/measured.md "Exact forms"; the
 exactness probe checks each machine before the search relies on it).
 
-The sum is written out with ``eager_order.LANES`` lanes: ATen's on every x86 build and
-SVE256, not on ARM's NEON (4). Where the two differ (tests/cpu_facts.py reads it) the tests
-of the rewritten sum are expected to fail: a known gap of eager_order, not of the test."""
+The sum is written out with ``eager_order.LANES`` lanes, read at run time: 8 on every x86
+build and SVE256, 4 on ARM's NEON. Where it and tests/cpu_facts.py's reading differ the
+tests of the rewritten sum are expected to fail."""
 
 from pathlib import Path
 
@@ -97,3 +97,21 @@ def test_log_softmax_stays_bitwise_with_the_sum_rewritten(cache) -> None:
         for seed in range(3):
             y = torch.randn(*shape, generator=torch.Generator().manual_seed(seed + 1)) * 3
             assert compare_outputs(flatten_outputs(fn(y)), flatten_outputs(compiled(y))) == []
+
+
+@pytest.mark.parametrize("machine, capability, lanes", [
+    ("x86_64", "AVX512", 8), ("x86_64", "AVX2", 8), ("x86_64", "DEFAULT", 8),
+    ("aarch64", "DEFAULT", 4), ("aarch64", "SVE256", 8)])
+def test_the_sums_lanes_follow_the_cpu(monkeypatch: pytest.MonkeyPatch, machine: str, capability: str,
+                                       lanes: int) -> None:
+    """ATen's sum lanes are read at run time (an AVX-512 x86 runs the AVX2 sum; NEON has 4),
+    and on this CPU they agree with tests/cpu_facts.py's reading."""
+    import platform
+
+    from sktune.backends import eager_order
+    from tests.cpu_facts import sum_lanes
+
+    assert eager_order.LANES == eager_order.aten_sum_lanes() == sum_lanes()
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert eager_order.aten_sum_lanes() == lanes
