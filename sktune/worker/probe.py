@@ -50,7 +50,17 @@ def probe_key(backend: str, target: str, node: fx.Node, exact_options: dict[str,
     inputs = json.dumps([_describe_arg(a) for a in node.args] + [[k, _describe_arg(v)] for k, v in node.kwargs.items()])
     exact = json.dumps(exact_options or {}, sort_keys=True)
     cpu = torch.backends.cpu.get_cpu_capability()  # e.g. AVX512, AVX2, DEFAULT
-    return f"{backend}|torch {torch.__version__}|cpu {cpu}|{target}|{inputs}|exact {exact}"
+    # Inductor's vector ISA follows ATen's capability on x86 but not always (its own simdlen
+    # setting, ARM): exactness depends on both (docs/measured.md, "Exact forms").
+    return f"{backend}|torch {torch.__version__}|cpu {cpu}|isa {_inductor_isa()}|{target}|{inputs}|exact {exact}"
+
+
+def _inductor_isa() -> str:
+    """The vector ISA Inductor's C++ uses here and its width in floats ("none": scalar code)."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    isa = pick_vec_isa()
+    return f"{isa} {isa.nelements(torch.float32)}" if isa else "none"
 
 
 def isolating_span(i: int, n_ops: int, legal: set[int]) -> tuple[int, int]:

@@ -25,3 +25,23 @@ def test_probe_key_changes_with_the_cpu_capability(monkeypatch: pytest.MonkeyPat
     other = "AVX2" if torch.backends.cpu.get_cpu_capability() != "AVX2" else "AVX512"
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)
     assert probe_key("inductor", "sigmoid", node) != here
+
+
+def test_probe_key_changes_with_inductors_vector_isa(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inductor's ISA can differ from ATen's capability (its simdlen setting): a cached
+    answer from one does not answer for the other."""
+    import torch._inductor.cpu_vec_isa as cpu_vec_isa
+
+    class Isa:  # a vector ISA as pick_vec_isa returns it
+        def __str__(self) -> str:
+            return "avx512"
+
+        def nelements(self, dtype: torch.dtype) -> int:
+            return 16
+
+    node = _sigmoid_node()
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", Isa)
+    vectors = probe_key("inductor", "sigmoid", node)
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: None)  # scalar C++
+    scalar = probe_key("inductor", "sigmoid", node)
+    assert "isa avx512 16" in vectors and "isa none" in scalar and vectors != scalar
