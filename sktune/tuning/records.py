@@ -89,11 +89,15 @@ class StudyAttr:
     VERIFIED = "verified"  # per finalist verified there: [{trial, shapes: {name: outcome}}] (tuning/verified.py)
 
 
+def is_exact(trial: FrozenTrial) -> bool:
+    """Complete with no mismatch at the shapes it was measured at (its constraint ≤ 0)."""
+    return trial.state == TrialState.COMPLETE and all(v <= 0 for v in trial.constraints.values())
+
+
 def is_feasible(trial: FrozenTrial) -> bool:
     """Complete and bitwise-exact: the one rule for which trials may become the best. A
     yardstick never may: it was measured at one shape only (tuning/yardsticks.py)."""
-    return (trial.state == TrialState.COMPLETE and all(v <= 0 for v in trial.constraints.values())
-            and not is_yardstick(trial))
+    return is_exact(trial) and not is_yardstick(trial)
 
 
 def is_yardstick(trial: FrozenTrial) -> bool:
@@ -193,7 +197,7 @@ class TrialRecord:
             plan=attrs.get(TrialAttr.PLAN), anchor=attrs.get(TrialAttr.ANCHOR),
             failure=attrs.get(TrialAttr.FAILURE) or attrs.get(TrialAttr.SKIPPED) or attrs.get(TrialAttr.PRUNED),
             yardstick=attrs.get(TrialAttr.YARDSTICK),
-            exact=t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values()),
+            exact=is_exact(t),
         )
 
 
