@@ -9,6 +9,8 @@ from dataclasses import replace
 import optuna
 import pytest
 
+from sktune.cli.run_cmd import _print_summary
+
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.graph.opgraph import Op
 from sktune.measure.op_profile import OpProfile
@@ -134,7 +136,7 @@ def test_a_yardstick_runs_at_its_shape_only_and_is_never_the_best_a_finalist_or_
     assert again.calls[0][1].shape is None and TrialAttr.REUSED_FROM not in study.trials[-1].user_attrs
 
 
-def test_the_regret_is_measured_against_the_yardstick_with_where_it_is_exact() -> None:
+def test_the_regret_is_measured_against_the_yardstick_with_where_it_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     w = workload()
     n = len(yardsticks(space_from_workload(w), w))
     study, robust = run(w, ScriptedWorker([result(0.9), result(0.8)] + [result(0.5)] * n))
@@ -160,6 +162,15 @@ def test_the_regret_is_measured_against_the_yardstick_with_where_it_is_exact() -
     assert frame.loc[0, "yardstick_exact"].startswith("bitwise at wide (checked there only; probe: wide)")
     html = _shapes({"shapes": summary})
     assert "2.00× (trial" in html and "+80.0%" in html
+
+    # The CLI's row for it fits an 80-column terminal: short cells, no wrapping.
+    import rich.console
+
+    printed = rich.console.Console(width=80, record=True)
+    monkeypatch.setattr(rich.console, "Console", lambda: printed)  # _print_summary imports it when called
+    _print_summary(whole)
+    row = next(line for line in printed.export_text().splitlines() if "yardstick #" in line)
+    assert f"yardstick #{wide['yardstick_trial']}" in row and "2.00×" in row and "at wide only" in row
 
 
 def test_each_shapes_fastest_exact_yardstick_is_refined_with_each_costly_value() -> None:
