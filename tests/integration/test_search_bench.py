@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sktune.benchlib.exhaustive import distinct_plans, measure_all, save, small_space
+from sktune.benchlib.exhaustive import distinct_plans, measure_all, remeasure_top, save, small_space
 from sktune.benchlib.replay import STRATEGIES, exhaustive_best, replay, summarize
 from sktune.worker.probe import isolating_span, one_by_one_answers, probe_exactness, side_by_side_answers
 from sktune.worker.runner import RunnerConfig, TrialRunner
@@ -62,6 +62,15 @@ def test_exhaustive_table_and_replay(runner: TrialRunner, tmp_path: Path) -> Non
     table = measure_all(runner, space, n_batches=2)
     assert set(table) == set(plans)
     assert any(m["bitwise"] for m in table.values()) and not all(m["bitwise"] for m in table.values())
+    # The fastest exact plans again, twice each: each keeps the median of its three ratios.
+    first = {k: m["ratio"] for k, m in table.items()}
+    again = remeasure_top(runner, table, n_batches=2, top=2)
+    exact = sorted((k for k, m in table.items() if m["bitwise"]), key=first.__getitem__)
+    assert again == exact[:2]
+    for key in again:
+        ratios = table[key]["ratios"]
+        assert len(ratios) == 3 and ratios[0] == first[key] and table[key]["ratio"] == sorted(ratios)[1]
+    assert all("ratios" not in table[k] for k in exact[2:])
     path = tmp_path / "table.json"
     save(path, str(TINY), workload, max_cuts, table, (), 2)
     data = json.loads(path.read_text())
