@@ -10,7 +10,9 @@ workers and the dashboard work as with TPE):
   one not yet tried in the study nor hopeless by the exactness probe, most promising first
   by the study's own measurements (``tuning/move_model.py``): a local search that walks from
   the starting points towards a best none of them is;
-* defers to multivariate TPE once no such neighbour is left (a local optimum);
+* at a local optimum, searches the neighbours of up to two trials tied with the best
+  (within ``TIE``: the noise of one measurement), which crosses a ridge of two moves each
+  slower alone; then defers to multivariate TPE;
 * starts with TPE at once where starting points were measured (they are its start-up
   data); only a study without them gets random start-up trials, in which "no scopes"
   is rare, not a coin toss (every other parameter is moot in a no-scope plan).
@@ -43,6 +45,8 @@ from sktune.tuning.trial_writer import record_proposed
 N_STARTUP = 10  # random trials before TPE in a study without starting points
 NO_SCOPES_SHARE = 0.1  # how often a random start-up trial is a no-scope plan
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
+TIE = 0.05  # a trial this close to the best exact one is a tie within the noise of a measurement
+TIED_CENTRES = 2  # tied trials whose neighbours are searched after the best's
 
 PlanFilter = Callable[[Plan], str | None]  # why a plan is not worth a compile, or None
 
@@ -137,15 +141,21 @@ class SktuneSampler(optuna.samplers.BaseSampler):
         measured = [t for t in trials if not reused(t) and not skipped(t) and not is_yardstick(t)]
         if not feasible:
             return None
-        # The best exact trial's neighbours only: once all are tried (a local optimum), TPE
-        # (trying the next best's too spent up to 190 trials on the noise among near ties).
-        fresh = [n for n in neighbours(self._space, feasible[0].params)
-                 if n.plan.dumps() not in tried and self._hopeless(n.plan) is None]
-        if not fresh:
-            return None
-        layouts = {Plan.from_json(t.user_attrs[TrialAttr.PLAN]).scopes for t in measured
-                   if TrialAttr.PLAN in t.user_attrs}
-        return rank(self._space, fresh, measured, self._rng, layouts)[0]
+        # The best exact trial's neighbours; once all are tried (a local optimum), those of
+        # the few trials tied with it (ratio within TIE), then TPE. A ridge, two moves each
+        # slower alone and faster together (exact_sum_cut: a cut and eager_order), is
+        # crossed from a tied neighbour; trying every next best's spent up to 190 trials
+        # on the noise among near ties, hence the cap.
+        best = float(feasible[0].value)  # type: ignore[arg-type]
+        centres = [feasible[0], *[t for t in feasible[1:] if t.value <= best * (1 + TIE)][:TIED_CENTRES]]
+        for centre in centres:
+            fresh = [n for n in neighbours(self._space, centre.params)
+                     if n.plan.dumps() not in tried and self._hopeless(n.plan) is None]
+            if fresh:
+                layouts = {Plan.from_json(t.user_attrs[TrialAttr.PLAN]).scopes for t in measured
+                           if TrialAttr.PLAN in t.user_attrs}
+                return rank(self._space, fresh, measured, self._rng, layouts)[0]
+        return None
 
     def _tried(self, trials: list[FrozenTrial]) -> set[str]:
         """Plans the study has run, is running, skipped or has queued: none is proposed again."""

@@ -13,7 +13,7 @@ from sktune.space.neighbours import full_params, neighbours
 from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace, build_space
 from sktune.tuning.records import TrialAttr
-from sktune.tuning.sampler import SktuneSampler, attach_space
+from sktune.tuning.sampler import TIE, SktuneSampler, attach_space
 from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, NPU_LIKE, TARGETS
 
 
@@ -91,7 +91,8 @@ def test_local_search_proposes_untried_neighbours_of_the_best_and_is_seeded(spac
         if str(t.user_attrs.get(TrialAttr.PROPOSED, "")).startswith("local: "):
             assert plans[k] not in plans[:k]  # never a plan measured before
             best = min(study.trials[:k], key=lambda u: u.value)
-            assert plans[k] in {n.plan for n in neighbours(space, best.params)}
+            centres = [u for u in study.trials[:k] if u.value <= best.value * (1 + TIE)]  # the best or a tie
+            assert any(plans[k] in {n.plan for n in neighbours(space, u.params)} for u in centres)
     assert min(t.value for t in sampled) < min(t.value for t in study.trials if t not in sampled)
     again = run(space, seed=3, n_trials=len(space.anchors()) + 12)
     assert [t.params for t in again.trials] == [t.params for t in study.trials]
@@ -132,3 +133,39 @@ def test_a_value_no_trial_measured_is_tried_before_one_the_fit_has_seen(space: S
     for seed in range(8):
         ranked = rank(space, candidates, study.trials, random.Random(seed))
         assert ranked[0].move.startswith("cut:"), [n.move for n in ranked]
+
+
+def test_a_ridge_is_crossed_from_a_trial_tied_with_the_best(space: SearchSpace) -> None:
+    """Every neighbour of the best exact trial is tried and slower; one of them is within the
+    noise of it (a tie, within ``TIE``). The next proposal is then an untried neighbour of
+    that tie (exact_sum_cut: a cut, then eager_order), not TPE at once; a neighbour clearly
+    slower is no centre."""
+    sampler = SktuneSampler(seed=0)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    attach_space(study, space)
+    domains = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.domains().items()}
+
+    def add(params: dict, value: float) -> None:
+        params = full_params(space, params)
+        study.add_trial(optuna.trial.create_trial(
+            params=params, distributions={k: domains[k] for k in params}, value=value, constraints={"bitwise": 0.0},
+            user_attrs={TrialAttr.PLAN: space.decode(params).to_json()}))
+
+    best = dict(space.anchors())["fuse-all"]
+    around = neighbours(space, best)
+    add(best, 1.0)
+    tied, *others = around
+    add(tied.params, 1.0 + TIE / 2)
+    for n in others:
+        add(n.params, 1.0 + 4 * TIE)
+    tried = {space.decode(full_params(space, best)).dumps(), *(n.plan.dumps() for n in around)}
+    proposal = sampler._local_move(study)
+    assert proposal is not None and proposal.plan.dumps() not in tried
+    assert proposal.plan in {n.plan for n in neighbours(space, tied.params)}
+    # The same study with that neighbour clearly slower: no tie, so no local move (TPE next).
+    study = optuna.create_study(direction="minimize", sampler=SktuneSampler(seed=0))
+    attach_space(study, space)
+    add(best, 1.0)
+    for n in around:
+        add(n.params, 1.0 + 4 * TIE)
+    assert study.sampler._local_move(study) is None
