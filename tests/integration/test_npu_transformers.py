@@ -69,6 +69,7 @@ def test_tiny_llama_runs_without_torch_npu() -> None:
     assert "npu False False" in result.stdout and "out (1, 16, 64) True" in result.stdout
 
 
+@pytest.mark.slow  # ~24 s: the default suite stood at 9:02 of its 10 minutes; CI's slow run covers it
 def test_sktune_run_npu_on_a_transformers_llama(tmp_path: Path) -> None:
     summary = tmp_path / "summary.json"
     result = run_cli("run", str(TINY_LLAMA), "--backend", "npu", "--effort", "quick", "--trials", "10",
