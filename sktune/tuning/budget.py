@@ -84,8 +84,12 @@ class TrialBudget:
         else:
             self.spent += 1
             self.skips_in_a_row = self.reuses_in_a_row = 0
-        if self.spent >= self.n or self.skips_in_a_row >= self.max_skips:
+        if self.exhausted:
             study.stop()
+
+    @property
+    def exhausted(self) -> bool:
+        return self.spent >= self.n or self.skips_in_a_row >= self.max_skips
 
 
 class Patience:

@@ -40,13 +40,19 @@ def search(study: optuna.Study, objective: Callable[[optuna.Trial], float], effo
     """Run trials until ``effort.trials`` have cost something, patience runs out, or ``timeout``.
 
     ``starting``: the starting points not yet queued, one queued after each trial when none
-    waits (first, so that patience sees it waiting)."""
-    stop: list[TrialCallback] = [TrialBudget(effort.trials)]
-    if effort.patience:
-        stop.append(Patience(effort.patience))
-    first: list[TrialCallback] = [] if starting is None else [starting]
+    waits and the budget is not spent (before patience reads the queue)."""
+    budget = TrialBudget(effort.trials)
+    patience: list[TrialCallback] = [Patience(effort.patience)] if effort.patience else []
+    top_up: list[TrialCallback] = []
+    if starting is not None:
+        def queue_next(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+            # Not after the budget's last trial: a point queued then would run past it, beside
+            # the unfused plan (run_unfused_if_missing), or first thing on resume.
+            if not budget.exhausted:
+                starting(study, trial)
+        top_up = [queue_next]
     study.optimize(objective, n_trials=None, timeout=timeout, catch=(TrialFailed,),
-                   callbacks=first + stop + (callbacks or []))
+                   callbacks=[budget, *top_up, *patience, *(callbacks or [])])
     if starting is not None:
         run_unfused_if_missing(study, objective, starting, callbacks)
 
@@ -57,16 +63,20 @@ def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Tria
 
     It runs after the starting points that can be the best (space_setup.likely_best_first),
     so a small budget or a timeout can end the search first; the finalists' round needs it
-    (a fused plan is named only when measurably faster than it). The trials still waiting
-    run with it, oldest first, as Optuna runs queued trials.
+    (a fused plan is named only when measurably faster than it). It is marked PAST_BUDGET.
     """
     params = next((p for name, p in starting.points if name == UNFUSED), None)
     if params is None or ran_anchor(study, UNFUSED):
         return
     log.info("running the unfused plan for the finalists' round: the search ended before it ran")
-    study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: UNFUSED}, skip_if_exists=True)
-    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-    study.optimize(objective, n_trials=len(waiting), catch=(TrialFailed,), callbacks=callbacks or [])
+    study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: UNFUSED, TrialAttr.PAST_BUDGET: True},
+                        skip_if_exists=True)
+    waiting = [t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))]
+    unfused = [t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(TrialAttr.ANCHOR) == UNFUSED]
+    # Optuna runs the waiting trials oldest first: those queued before it (another worker's,
+    # a killed run's) run too, none after it.
+    ahead = sum(n <= max(unfused, default=-1) for n in waiting)
+    study.optimize(objective, n_trials=ahead, catch=(TrialFailed,), callbacks=callbacks or [])
 
 
 def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,

@@ -53,6 +53,7 @@ class TrialAttr:
     PROPOSED = "proposed"  # how the sampler chose a sampled trial: "local: <move>", "tpe", "random" (sampler.py)
     YARDSTICK = "yardstick"  # the one shape a yardstick was measured at (tuning/yardsticks.py): never the best
     PROBE_EXACT_AT = "probe_exact_at"  # a yardstick's shapes whose probe answers do not call its plan hopeless
+    PAST_BUDGET = "past_budget"  # the unfused plan, run after the budget ended for the finalists' round (loop.py)
 
 
 class StudyAttr:

@@ -1,0 +1,39 @@
+"""A search that ends before the unfused plan ran runs it then (loop.run_unfused_if_missing):
+alone, marked past the budget, and the starting points after it wait for the next run."""
+
+from __future__ import annotations
+
+import optuna
+
+from sktune.space.search_space import UNFUSED, SearchSpace
+from sktune.tuning.budget import ClearlyWorsePruner, Effort
+from sktune.tuning.loop import search
+from sktune.tuning.objective import ObjectiveRules, make_objective
+from sktune.tuning.records import TrialAttr
+from sktune.tuning.resume import StartingQueue
+from tests.unit.test_objective import CHUNKS, TARGETS, ScriptedWorker, distinct, result
+from tests.unit.test_objective import space as space  # noqa: F401  (the fixture)
+
+
+def anchors(study: optuna.Study) -> list[str | None]:
+    return [t.user_attrs.get(TrialAttr.ANCHOR) for t in study.trials]
+
+
+def test_unfused_runs_alone_past_a_spent_budget_and_the_next_point_waits_for_the_next_run(space: SearchSpace) -> None:
+    a, b, c = distinct(space)
+    queue = StartingQueue([("a", a), ("b", b), (UNFUSED, space.params_for([False] * len(space.blocks))), ("c", c)])
+    worker = ScriptedWorker([result(0.5), result(1.0), result(0.6)])
+    objective = make_objective(space, worker, ObjectiveRules(CHUNKS, 60.0), TARGETS, None)
+    study = optuna.create_study(direction="minimize", pruner=ClearlyWorsePruner())
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    queue.top_up(study)
+
+    search(study, objective, Effort(1, CHUNKS, None, 0), starting=queue)  # --trials 1
+    assert anchors(study) == ["a", UNFUSED]  # b was not queued: it would have run past the budget too
+    assert study.trials[1].user_attrs[TrialAttr.PAST_BUDGET] is True
+    assert TrialAttr.PAST_BUDGET not in study.trials[0].user_attrs
+    assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+
+    queue.top_up(study)  # a resumed run, as resume.prepare starts one
+    search(study, objective, Effort(1, CHUNKS, None, 0), starting=queue)
+    assert anchors(study) == ["a", UNFUSED, "b"]  # unfused ran once; no second past-budget trial
