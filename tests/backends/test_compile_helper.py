@@ -28,6 +28,7 @@ def _op_by_op(runner: TrialRunner, options: dict) -> Plan:
     return Plan.make([Scope(first, last, f"r{first}") for first, last in spans], options)
 
 
+@pytest.mark.slow  # ~28 s; CI's slow run covers it
 def test_helper_compiles_half_the_new_regions_and_the_worker_survives_its_death(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # the helper inherits it

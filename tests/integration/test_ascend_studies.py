@@ -51,6 +51,7 @@ def test_searched_plans_compile_and_verify(npu_emulator, tmp_path: Path, monkeyp
     assert exact >= 2  # at least the unfused anchor and the flushed full model
 
 
+@pytest.mark.slow  # ~28 s; test_npu_e2e runs the npu CLI path in the default suite
 def test_run_cli_end_to_end(tmp_path: Path) -> None:
     result = sktune("run", str(MOE), "--backend", "npu", "--effort", "quick", "--trials", "8", "--study", "moe",
                     "--storage", f"sqlite:///{tmp_path}/npu.db", "--summary-json", str(tmp_path / "s.json"),

@@ -12,12 +12,14 @@ import sys
 from pathlib import Path
 
 import optuna
+import pytest
 
 from tests.cli.test_cli import sktune
 
 SPIN = "while True: pass"
 
 
+@pytest.mark.slow  # ~37 s with a core kept busy; CI's slow run covers it
 def test_a_loaded_run_never_names_a_fused_plan_not_measurably_faster(test_models: Path, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/load.db"
     spinner = subprocess.Popen([sys.executable, "-c", SPIN])  # one core busy for the whole run

@@ -21,6 +21,7 @@ def finished(trials: list) -> list:
     return [t for t in trials if t.state.is_finished()]
 
 
+@pytest.mark.slow  # ~63 s: the default suite took 12:09 on a clean clone here; CI's slow run covers it
 def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/study.db"
     summary_path = tmp_path / "summary.json"
