@@ -71,11 +71,11 @@ def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Tria
     log.info("running the unfused plan for the finalists' round: the search ended before it ran")
     study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: UNFUSED, TrialAttr.PAST_BUDGET: True},
                         skip_if_exists=True)
-    waiting = [t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))]
-    unfused = [t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(TrialAttr.ANCHOR) == UNFUSED]
+    trials = study.get_trials(deepcopy=False)
+    unfused = max((t.number for t in trials if t.user_attrs.get(TrialAttr.ANCHOR) == UNFUSED), default=-1)
     # Optuna runs the waiting trials oldest first: those queued before it (another worker's,
     # a killed run's) run too, none after it.
-    ahead = sum(n <= max(unfused, default=-1) for n in waiting)
+    ahead = sum(t.state == optuna.trial.TrialState.WAITING and t.number <= unfused for t in trials)
     study.optimize(objective, n_trials=ahead, catch=(TrialFailed,), callbacks=callbacks or [])
 
 

@@ -14,6 +14,7 @@ import optuna
 import pytest
 
 from sktune.tuning.records import TrialAttr
+from sktune.tuning.refine import REFINED
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 
@@ -41,7 +42,7 @@ def finished(storage, name: str) -> list:
 
 def refined(trials: list) -> list:
     """The best plan with a costly option, tried after the search (tuning/refine.py), on top of --trials."""
-    return [t for t in trials if str(t.user_attrs.get(TrialAttr.ANCHOR, "")).startswith("best+")]
+    return [t for t in trials if str(t.user_attrs.get(TrialAttr.ANCHOR, "")).startswith(REFINED)]
 
 
 def within_budget(trials: list) -> list:

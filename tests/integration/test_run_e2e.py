@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sktune.tuning.records import TrialAttr
 from tests.cli.test_cli import sktune
+from tests.integration.test_reliability import within_budget
 
 SUMMARY_KEYS = {"study", "backend", "n_trials", "n_complete", "n_infeasible", "n_failed", "baseline_s", "best_s",
                 "speedup", "speedup_ci", "verified_bitwise", "input_sets", "best_plan", "groups"}
@@ -108,8 +108,6 @@ def test_hung_and_crashed_trials_are_failed_and_study_continues(test_models: Pat
         assert failed and failed[-1].user_attrs["failure"].startswith(reason)
     # --trials 2 twice; past the budget, the unfused plan may run for the finalists and the best
     # with a costly option (tuning/refine.py).
-    trials = [t for t in finished(optuna.load_study(study_name="faults", storage=storage).get_trials())
-              if not t.user_attrs.get(TrialAttr.PAST_BUDGET)
-              and not str(t.user_attrs.get(TrialAttr.ANCHOR, "")).startswith("best+")]
+    trials = within_budget(finished(optuna.load_study(study_name="faults", storage=storage).get_trials()))
     assert len(trials) == 4
     assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == 2
