@@ -66,11 +66,11 @@ def test_exhaustive_table_and_replay(runner: TrialRunner, tmp_path: Path) -> Non
     first = {k: m["ratio"] for k, m in table.items()}
     again = remeasure_top(runner, table, n_batches=2, top=2)
     exact = sorted((k for k, m in table.items() if m["bitwise"]), key=first.__getitem__)
-    assert again == exact[:2]
+    assert set(exact[:2]) <= set(again) and len(again) <= 6  # then any that rose into the top two, up to 3 x top
     for key in again:
         ratios = table[key]["ratios"]
         assert len(ratios) == 3 and ratios[0] == first[key] and table[key]["ratio"] == sorted(ratios)[1]
-    assert all("ratios" not in table[k] for k in exact[2:])
+    assert all("ratios" not in table[k] for k in exact if k not in again)
     path = tmp_path / "table.json"
     save(path, str(TINY), workload, max_cuts, table, (), 2)
     data = json.loads(path.read_text())
