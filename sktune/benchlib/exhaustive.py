@@ -67,6 +67,8 @@ def measure_all(runner: Any, space: SearchSpace, n_batches: int,
         try:
             result = runner.run(TrialRequest(Plan.from_json(json.loads(key)), n_batches))
             out[key] = {"ratio": result.timing.ratio, "ratio_ci": list(result.timing.ratio_ci),
+                        # the medians behind the ratio: which side a noisy reading came from
+                        "baseline_s": result.timing.baseline_s, "candidate_s": result.timing.candidate_s,
                         "bitwise": result.bitwise, "mismatches": len(result.mismatches), "compile_s": result.compile_s,
                         "wall_s": time.perf_counter() - started}
         except Exception as exc:  # a plan that does not compile is a failed trial, not the end

@@ -18,6 +18,7 @@ from sktune.backends import get_backend
 from sktune.backends.compile_helper import CompileHelper, HelperSpec
 from sktune.graph.aliasing import kernelless_ops
 from sktune.graph.grouping import group_ops, regions
+from sktune.measure.heap import steady_heap
 from sktune.measure.op_profile import profile_ops
 from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.plan import Plan, Scope
@@ -38,6 +39,7 @@ class TrialRunner:
 
     def __init__(self, config: RunnerConfig) -> None:
         self.config = config
+        self.heap = steady_heap()  # before the model allocates: eager's speed must not depend on history
         if not log.isEnabledFor(logging.DEBUG):
             logging.getLogger("torch").setLevel(logging.ERROR)  # Inductor's warnings would tear the progress bar
         torch.set_num_threads(config.threads)
@@ -102,7 +104,7 @@ class TrialRunner:
         return Workload(
             ops=self.graph.ops, boundaries=self.graph.boundaries, capabilities=self.capabilities,
             environment={**self.backend.environment(), "threads": str(self.config.threads),
-                         "backend": self.backend.name},
+                         "backend": self.backend.name, "heap": self.heap},
             model_sha256=self.source.sha256, input_shapes=signature(self.inputs[0]),
             kernelless=tuple(self.kernelless), op_profile=self.op_profile, exactness=self.exactness,
             startup_s=self.startup_s, exactness_by_shape=self.exactness_by_shape,

@@ -61,6 +61,9 @@ def test_exhaustive_table_and_replay(runner: TrialRunner, tmp_path: Path) -> Non
     assert 2 <= len(plans) <= 16
     table = measure_all(runner, space, n_batches=2)
     assert set(table) == set(plans)
+    for m in (m for m in table.values() if m["ratio"] is not None):  # which side a noisy reading came from
+        assert m["ratio"] == pytest.approx(m["candidate_s"] / m["baseline_s"])
+    assert workload.environment["heap"]  # the heap regime the timings ran in (measure/heap.py)
     assert any(m["bitwise"] for m in table.values()) and not all(m["bitwise"] for m in table.values())
     # The fastest exact plans again, twice each: each keeps the median of its three ratios.
     first = {k: m["ratio"] for k, m in table.items()}
