@@ -94,6 +94,7 @@ def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separ
          seeds: int = 3, n_batches: int = 20) -> None:
     """Print, per op and form: bitwise on every seed and shape (max ULP otherwise), µs per call."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="sktune-exact-forms-"))
+    from sktune.measure.heap import steady_heap
     from sktune.backends import get_backend
     from sktune.backends.inductor import FALLBACK_ATEN
     from sktune.graph.capture import capture
@@ -102,6 +103,7 @@ def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separ
     from sktune.verify import compare_outputs, flatten_outputs
 
     torch.set_num_threads(1)
+    print(f"heap: {steady_heap()}")  # the tuner's regime: eager's speed must not depend on history
     torch.set_grad_enabled(False)
     unknown = sorted(set(op) - set(OPS))
     if unknown:

@@ -72,6 +72,7 @@ def main(model: Path,
          seeds: int = 3, batches: int = 30) -> None:
     """Print per shape and plan: bitwise or not (max ULP), µs per call, unfused µs, ratio."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="sktune-exact-plans-"))
+    from sktune.measure.heap import steady_heap
     from sktune.backends import get_backend
     from sktune.graph.capture import capture
     from sktune.load import build, draw_inputs, load_model_file, shape_weights
@@ -80,6 +81,7 @@ def main(model: Path,
     from sktune.verify import compare_outputs, flatten_outputs
 
     torch.set_num_threads(1)
+    print(f"heap: {steady_heap()}")  # the tuner's regime: eager's speed must not depend on history
     torch.set_grad_enabled(False)
     unknown = sorted(set(plan) - set(PLANS))
     if unknown:

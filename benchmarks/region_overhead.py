@@ -27,6 +27,7 @@ from unittest import mock
 
 import torch
 
+from sktune.measure.heap import steady_heap
 from sktune.backends import inductor_tables
 from sktune.backends.inductor import InductorBackend
 from sktune.graph.capture import capture
@@ -155,6 +156,7 @@ def main() -> None:
     opts = parser.parse_args()
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="sktune-region-overhead-"))
     torch.set_num_threads(1)
+    print(f"heap: {steady_heap()}")  # the tuner's regime: eager's speed must not depend on history
     torch.set_grad_enabled(False)
     if opts.lines:
         wrapper_lines(opts.rounds)

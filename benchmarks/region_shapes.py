@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 import sktune.backends.inductor as inductor
+from sktune.measure.heap import steady_heap
 from sktune.backends.inductor import InductorBackend
 from sktune.graph.capture import capture
 from sktune.plan import Plan, Scope
@@ -55,6 +56,7 @@ def interleaved_ms(candidates: dict[str, Callable[[], Any]]) -> dict[str, list[f
 
 def main() -> None:
     torch.set_num_threads(1)
+    print(f"heap: {steady_heap()}")  # the tuner's regime: eager's speed must not depend on history
     torch.set_grad_enabled(False)
     sys.path.insert(0, str(Path(__file__).parent.parent / "studies"))
     study, rest = sys.argv[1], sys.argv[2:]

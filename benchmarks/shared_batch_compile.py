@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from sktune.measure.heap import steady_heap
+
 ROUNDS, CALLS, WARMUP = 7, 200, 20
 
 
@@ -41,6 +43,7 @@ def main(study: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))
     module = importlib.import_module(study)
     torch.set_num_threads(1)
+    print(f"heap: {steady_heap()}")  # the tuner's regime: eager's speed must not depend on history
     torch._dynamo.config.recompile_limit = 64  # one static compile per shape of one model
     torch._dynamo.config.automatic_dynamic_shapes = False  # static means static
     model = module.build_model()
