@@ -9,7 +9,7 @@ faulted in again on the next. On ``studies/shared_gate`` (1 MiB activations) tha
 ~2,900 page faults per call and eager 1.4-2.3x slower; a compile that leaves live objects
 above the tensors ends it, and the next compile may bring it back (docs/measured.md,
 "Timing on CPU"). The baseline then runs in a different regime from trial to trial, and
-its ratios read up to 2.5x too good in bursts.
+its ratios read up to 2.3x too good in bursts.
 
 Fixing both thresholds keeps every call in the regime a long-running process settles
 into: blocks up to 32 MiB come from the heap, and the heap is never trimmed. pyperf
@@ -26,9 +26,10 @@ __all__ = ["steady_heap"]
 
 log = logging.getLogger(__name__)
 
-# <malloc.h>; -1 as a trim threshold disables trimming (mallopt(3)).
+# mallopt's parameter numbers (<malloc.h>).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_NEVER = -1  # as a trim threshold: never trim (mallopt(3))
 # glibc's ceiling for M_MMAP_THRESHOLD on this word size (DEFAULT_MMAP_THRESHOLD_MAX):
 # 32 MiB on 64-bit; mallopt refuses a larger value.
 MMAP_THRESHOLD = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)
@@ -40,7 +41,7 @@ def _glibc() -> ctypes.CDLL | None:
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018 -- raises AttributeError outside glibc
         libc.mallopt  # noqa: B018
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows has no default library
         return None
     return libc
 
@@ -56,7 +57,7 @@ def steady_heap() -> str:
     if libc is None:
         return "default (not glibc)"
     mmap_set = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
-    trim_set = mmap_set and libc.mallopt(_M_TRIM_THRESHOLD, -1) == 1
+    trim_set = mmap_set and libc.mallopt(_M_TRIM_THRESHOLD, _NEVER) == 1
     if not trim_set:  # mallopt returns 0 when it refuses a value
         log.warning("mallopt refused the heap thresholds: eager timings may vary with the process's history")
         return "default (mallopt refused)"
