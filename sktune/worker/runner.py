@@ -26,7 +26,7 @@ from sktune.worker.probe import across_shapes, probe_exactness
 from sktune.pipe.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, ProfileRequest,
                                     ProfileResult, StaticCompile, TimingUpdate, TrialRequest, TrialResult)
 from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
-from sktune.worker.startup import RunnerConfig, ShapeSet, load_model, signature
+from sktune.worker.startup import RunnerConfig, ShapeSet, load_model, open_model, signature
 from sktune.worker.verify_only import VerifyOnly
 from sktune.pipe.workload import ServedShape, Workload
 from sktune.verify import compare_outputs, flatten_outputs
@@ -44,8 +44,9 @@ class TrialRunner:
             logging.getLogger("torch").setLevel(logging.ERROR)  # Inductor's warnings would tear the progress bar
         torch.set_num_threads(config.threads)
         torch.set_grad_enabled(False)
+        opened = open_model(config)  # the model file's mistakes first: a backend's imports take seconds
         self.backend = get_backend(config.backend, for_trials=True)
-        loaded = load_model(config, self.backend)
+        loaded = load_model(config, self.backend, opened)
         self.source, self.weights, self.shape_sets = loaded.source, loaded.weights, loaded.shape_sets
         self.capture_reused = loaded.capture_reused
         self.startup_s: dict[str, float] = dict(loaded.startup_s)  # where worker start-up time went

@@ -86,3 +86,25 @@ def test_bad_input_shapes_are_named(tmp_path: Path, shapes: str, inputs_args: st
 
     with pytest.raises(ModelFileError, match=message):
         shape_weights(load_model_file(shapes_file(tmp_path, shapes, inputs_args)))
+
+
+def test_runner_reports_the_model_files_mistakes_before_importing_a_backend(test_models: Path) -> None:
+    # A backend's imports take seconds (Inductor's ~4 s): a user's mistake must not wait for
+    # them. build_model() raising is the last mistake that needs no backend.
+    name, expected = "build_raises.py", "weights not found"
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from sktune.errors import ModelFileError\n"
+        "from sktune.worker.runner import RunnerConfig, TrialRunner\n"
+        "try:\n"
+        f"    TrialRunner(RunnerConfig(model_path={str(test_models / name)!r}))\n"
+        "except ModelFileError as exc:\n"
+        "    print(exc)\n"
+        "print('backend imported' if 'sktune.backends.inductor' in sys.modules else 'no backend imported')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert expected in out
+    assert out.strip().endswith("no backend imported")
