@@ -53,9 +53,15 @@ def first_call(mode: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def steady() -> dict:
+    """One fresh interpreter with ``steady_heap`` for both tests (each costs a torch import)."""
+    return first_call("steady")
+
+
 @pytest.mark.skipif(_glibc() is None, reason="the thresholds are glibc's; elsewhere steady_heap changes nothing")
-def test_steady_heap_keeps_tensors_on_a_heap_it_never_trims() -> None:
-    default, steady = first_call("default"), first_call("steady")
+def test_steady_heap_keeps_tensors_on_a_heap_it_never_trims(steady: dict) -> None:
+    default = first_call("default")
     assert steady["regime"].startswith("glibc: never trimmed")
     # glibc's dynamic threshold starts at 128 KiB: the first 1 MiB outputs are each an mmap,
     # faulted in when written and unmapped when freed.
@@ -68,6 +74,6 @@ def test_steady_heap_keeps_tensors_on_a_heap_it_never_trims() -> None:
     assert steady["faults"] < 50
 
 
-def test_steady_heap_says_what_it_did() -> None:
-    regime = first_call("steady")["regime"]
+def test_steady_heap_says_what_it_did(steady: dict) -> None:
+    regime = steady["regime"]
     assert regime.startswith("glibc: never trimmed") if _glibc() is not None else regime.startswith("default")

@@ -89,7 +89,7 @@ def test_bad_input_shapes_are_named(tmp_path: Path, shapes: str, inputs_args: st
 
 
 def test_runner_reports_the_model_files_mistakes_before_importing_a_backend(test_models: Path) -> None:
-    # A backend's imports take seconds (Inductor's ~4 s): a user's mistake must not wait for
+    # A backend's imports take seconds (Inductor's 1.1-1.8 s): a user's mistake must not wait for
     # them. build_model() raising is the last mistake that needs no backend.
     name, expected = "build_raises.py", "weights not found"
     import subprocess
