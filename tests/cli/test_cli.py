@@ -61,6 +61,7 @@ def test_user_errors_are_one_message(test_models: Path, tmp_path: Path, model: s
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
 
 
+@pytest.mark.slow  # 17-20 s: keeps the default run under 10 minutes on 2 cores (CI runs it)
 def test_run_refuses_nondeterministic_and_mutating_models(test_models: Path, tmp_path: Path) -> None:
     for model, message in (("nondeterministic.py", "nondeterministic"), ("mutates_input.py", "modifies its input")):
         result = sktune("run", str(test_models / model), "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)

@@ -54,6 +54,7 @@ def test_probe_finds_the_inexact_ops_and_answers_from_its_cache(runner: TrialRun
     assert probe_exactness(Counting(), cached, exact) == found  # the exact options are part of the key
 
 
+@pytest.mark.slow  # 17-20 s: keeps the default run under 10 minutes on 2 cores (CI runs it)
 def test_exhaustive_table_and_replay(runner: TrialRunner, tmp_path: Path) -> None:
     workload = runner.describe()
     space, max_cuts = small_space(workload, max_configs=16)  # 16 without cuts: three fallbacks, one option
