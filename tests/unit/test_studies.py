@@ -21,7 +21,7 @@ import torch
 STUDIES_DIR = Path(__file__).resolve().parents[2] / "studies"
 NPU_STUDIES = ["ascend_decoder", "ascend_moe"]
 STUDY_NAMES = ["norm_chain", "decoder_block", "decoder_block_bf16", "quant_block", "decoder_stack", "moe_block",
-               "shared_gate", "split_stages", "exact_sum_cut", *NPU_STUDIES]
+               "shared_gate", "split_stages", "exact_sum_cut", "transpose_mix", *NPU_STUDIES]
 
 
 def _load(name: str):
