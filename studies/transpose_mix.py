@@ -1,17 +1,24 @@
 """A gate read across a transpose: where fusing everything is slower than no fusion (fp32).
 
 A gate of cheap exact pointwise ops (as in ``shared_gate``) feeds a mixer that reads it
-twice, as it is and transposed (``g * g.mT``, plus the row max of ``g.mT``), and a second
-gate follows. Fused as one region, Inductor inlines the first gate into the mixer's loop, so
+twice, as it is and transposed (``g * g.mT``, plus the row max of ``g.mT``); a second stage
+follows. Fused as one region, Inductor inlines the first gate into the mixer's loop, so
 the gate chain is computed again at the transposed positions, with a strided read of its
 input. A region boundary after the first gate stores it once; the mixer then reads a plain
 tensor both ways. Unlike ``shared_gate``, fusing the whole model here is slower than not
-fusing at all, so the best starting point is the unfused plan or a profile seed, and the
-best plan is a cut inside a region that no seed fuses.
+fusing at all: the search has to climb from the unfused plan, and the best plan puts a cut
+inside a run of blocks that every fusing starting point fuses whole.
 
-Measured with ``torch.compile`` on the pieces (4x256x256, 1 thread, all bitwise, ratio to
-eager in the same run): fuse-all 1.72, gate | mixer and second gate 0.22, gate | mixer |
-second gate 0.26, gate | mixer eager | second gate 0.35, gate and mixer | second gate 1.75.
+Measured with ``torch.compile`` on stage 1 and a second gate (4x256x256, 1 thread, all
+bitwise, ratio to eager in the same run): fuse-all 1.72, gate | mixer and second gate 0.22,
+gate | mixer | second gate 0.26, gate and mixer | second gate 1.75. Stage 2 is
+``split_stages``' (a broadcast over a new last dim of 4 and its max: a cut between them
+stores the 4x larger tensor). The exhaustive table (``--option aggressive_fusion --option
+max_fusion_size``, 204 plans in 33 region layouts, all bitwise; a 2-core Xeon, 1 thread,
+docs/measured.md) has its best at 0.167 of the unfused time: the cut after the first gate
+and one region from there to the end (0-25, 26-52); that layout's six option sets read
+0.167-0.177. Fuse-all reads 1.06, the profile seeds 1.50 and 1.71 (each fuses the gate
+with the mixer), so the best starting point is the unfused plan.
 
 The search benchmark uses it as a space whose best is not a starting point
 (benchmarks/search_efficiency.py).
