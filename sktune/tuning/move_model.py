@@ -8,13 +8,21 @@ measurements on the most promising of many candidates). With few rows the ridge 
 keeps every weight near zero and the order near the seeded random tie-break, so the model
 cannot do worse than chance by much.
 Inexact trials count too: their time says what a move costs, whatever their exactness.
+
+Which kind of move comes first (``move_group``): a region layout never measured that the
+fit, optimistically, expects to beat the best trial; then, once per layout, the best's own
+option and fallback moves; then the other unmeasured layouts; last, layouts measured
+before with other options. Trying every structural neighbour of a new best before any
+option cost seven structural trials at the best layout of shared_gate and transpose_mix, where
+options decided the last 2 % (docs/measured.md, "Options once per layout"); trying options
+before every unpromising layout, each time, let option noise walk the best along one layout.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from optuna.trial import FrozenTrial, TrialState
@@ -43,14 +51,29 @@ def observed_ratio(trial: FrozenTrial) -> float | None:
     return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
+Layout = tuple[Scope, ...]
+
+
+def move_group(layout: Layout, hopeful: bool, layout_counts: Mapping[Layout, int], centre: Layout | None) -> int:
+    """0: a layout never measured that may beat the best; 1: the centre's own option moves while
+    its layout has one measurement; 2: another unmeasured layout; 3: a layout measured before."""
+    if layout not in layout_counts:
+        return 0 if hopeful else 2
+    return 1 if layout == centre and layout_counts[layout] <= 1 else 3
+
+
 def rank(space: SearchSpace, candidates: Sequence[Neighbour], trials: Sequence[FrozenTrial],
-         rng: random.Random, seen_layouts: Collection[tuple[Scope, ...]] = ()) -> list[Neighbour]:
-    """``candidates``, most promising first by the fit on ``trials`` (``observed_ratio``)."""
+         rng: random.Random, layout_counts: Mapping[Layout, int] | None = None,
+         centre: Layout | None = None, incumbent: float | None = None) -> list[Neighbour]:
+    """``candidates`` (neighbours of the plan whose layout is ``centre``), most promising first by
+    the fit on ``trials`` (``observed_ratio``), in the groups of ``move_group``; ``layout_counts``:
+    how many measured trials each region layout has; ``incumbent``: the best exact ratio."""
+    counts: Mapping[Layout, int] = layout_counts or {}
     order = list(candidates)
     rng.shuffle(order)  # ties (and an empty model) in seeded random order
     rows = [(full_params(space, t.params), math.log(r)) for t in trials if t.params and (r := observed_ratio(t))]
     if len(rows) < 2:
-        return sorted(order, key=lambda c: c.plan.scopes in seen_layouts)
+        return sorted(order, key=lambda c: move_group(c.plan.scopes, True, counts, centre))
     # One column per (key, value) measured or proposed: a value no trial has measured (a cut
     # never set) keeps its prior, so its uncertainty shows instead of vanishing.
     values = {(k, repr(v)) for params, _ in rows for k, v in params.items()}
@@ -81,5 +104,9 @@ def rank(space: SearchSpace, candidates: Sequence[Neighbour], trials: Sequence[F
     predicted = {id(c): optimistic(c.params) for c in order}
     # A region layout never measured comes before one measured with other options: the
     # model knows the latter, and an option alone moves a ratio less than a cut does
-    # (docs/measured.md, "A space whose best is no starting point").
-    return sorted(order, key=lambda c: (c.plan.scopes in seen_layouts, predicted[id(c)]))
+    # (docs/measured.md, "A space whose best is no starting point"). An unmeasured layout
+    # that even the optimistic fit does not expect to beat the best waits for the centre's
+    # options (module docstring).
+    bar = math.inf if incumbent is None else math.log(incumbent) - mean
+    return sorted(order, key=lambda c: (move_group(c.plan.scopes, predicted[id(c)] < bar, counts, centre),
+                                        predicted[id(c)]))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import random
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -152,9 +153,11 @@ class SktuneSampler(optuna.samplers.BaseSampler):
             fresh = [n for n in neighbours(self._space, centre.params)
                      if n.plan.dumps() not in tried and self._hopeless(n.plan) is None]
             if fresh:
-                layouts = {Plan.from_json(t.user_attrs[TrialAttr.PLAN]).scopes for t in measured
-                           if TrialAttr.PLAN in t.user_attrs}
-                return rank(self._space, fresh, measured, self._rng, layouts)[0]
+                layouts = Counter(Plan.from_json(t.user_attrs[TrialAttr.PLAN]).scopes for t in measured
+                                  if TrialAttr.PLAN in t.user_attrs)
+                plan = centre.user_attrs.get(TrialAttr.PLAN)
+                layout = Plan.from_json(plan).scopes if plan is not None else None
+                return rank(self._space, fresh, measured, self._rng, layouts, layout, best)[0]
         return None
 
     def _tried(self, trials: list[FrozenTrial]) -> set[str]:

@@ -169,3 +169,37 @@ def test_a_ridge_is_crossed_from_a_trial_tied_with_the_best(space: SearchSpace) 
     for n in around:
         add(n.params, 1.0 + 4 * TIE)
     assert study.sampler._local_move(study) is None
+
+
+def test_the_best_layouts_options_wait_only_for_layouts_that_may_beat_it(space: SearchSpace) -> None:
+    """Around a new best, option moves come before the unmeasured layouts that the fit expects
+    to lose even optimistically, once per layout (transpose_mix, shared_gate: 7-8 pruned
+    structural trials before any option); layouts that may win still come first, and once the
+    layout has two option sets its options wait for every unmeasured layout (option noise
+    must not walk the best along one layout)."""
+    import random
+    from collections import Counter
+
+    from sktune.tuning.move_model import rank
+
+    fused = full_params(space, space.params_for([True] * len(space.blocks)))
+    centre = space.decode(fused).scopes
+    unfused = full_params(space, space.params_for([False] * len(space.blocks)))
+    study = optuna.create_study()
+    dist = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.domains().items()}
+    for params, value in ((fused, 0.5), (unfused, 1.0)):
+        study.add_trial(optuna.trial.create_trial(value=value, params=params, distributions=dist))
+    candidates = neighbours(space, fused)
+    options = {n.move for n in candidates if n.plan.scopes == centre}
+    assert options and len(options) < len(candidates)
+
+    def kinds(counts: Counter, incumbent: float | None) -> list[bool]:
+        ranked = rank(space, candidates, study.trials, random.Random(0), counts, centre, incumbent)
+        return [n.move in options for n in ranked]  # True: an option move of the centre
+
+    once = Counter({centre: 1, space.decode(unfused).scopes: 1})
+    twice = Counter({centre: 2, space.decode(unfused).scopes: 1})
+    layouts_first = [False] * (len(candidates) - len(options)) + [True] * len(options)
+    assert kinds(once, None) == layouts_first  # no incumbent: every unmeasured layout may win
+    assert kinds(once, 1e-9) == sorted(layouts_first, reverse=True)  # none can beat it: options first
+    assert kinds(twice, 1e-9) == layouts_first  # the layout has had its option try
