@@ -10,12 +10,13 @@ cannot do worse than chance by much.
 Inexact trials count too: their time says what a move costs, whatever their exactness.
 
 Which kind of move comes first (``move_group``): a region layout never measured that the
-fit, optimistically, expects to beat the best trial; then, once per layout, the best's own
-option and fallback moves; then the other unmeasured layouts; last, layouts measured
-before with other options. Trying every structural neighbour of a new best before any
-option cost seven structural trials at the best layout of shared_gate and transpose_mix, where
-options decided the last 2 % (docs/measured.md, "Options once per layout"); trying options
-before every unpromising layout, each time, let option noise walk the best along one layout.
+fit, optimistically, expects to beat the best trial; then, once per layout, the centre's
+own option and fallback moves (the centre: the best trial, or one tied with it); then the
+other unmeasured layouts; last, layouts measured before with other options. Trying every
+structural neighbour of a new best before any option cost six or seven pruned trials
+around the best layouts of shared_gate and transpose_mix, where options decided the last
+2 % (docs/measured.md, "Options once per layout"); trying options before every unpromising
+layout, each time, let option noise walk the best along one layout.
 """
 
 from __future__ import annotations
@@ -107,6 +108,6 @@ def rank(space: SearchSpace, candidates: Sequence[Neighbour], trials: Sequence[F
     # (docs/measured.md, "A space whose best is no starting point"). An unmeasured layout
     # that even the optimistic fit does not expect to beat the best waits for the centre's
     # options (module docstring).
-    bar = math.inf if incumbent is None else math.log(incumbent) - mean
+    bar = math.inf if incumbent is None or incumbent <= 0 else math.log(incumbent) - mean
     return sorted(order, key=lambda c: (move_group(c.plan.scopes, predicted[id(c)] < bar, counts, centre),
                                         predicted[id(c)]))

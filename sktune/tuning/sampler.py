@@ -36,10 +36,10 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.space.exactness import Exactness
-from sktune.space.neighbours import Neighbour, neighbours
+from sktune.space.neighbours import Neighbour, full_params, neighbours
 from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace
-from sktune.tuning.move_model import rank
+from sktune.tuning.move_model import observed_ratio, rank
 from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, is_yardstick, reused, skipped
 from sktune.tuning.trial_writer import record_proposed
 
@@ -153,10 +153,10 @@ class SktuneSampler(optuna.samplers.BaseSampler):
             fresh = [n for n in neighbours(self._space, centre.params)
                      if n.plan.dumps() not in tried and self._hopeless(n.plan) is None]
             if fresh:
+                # Layouts with a time (a running or failed trial has told nothing yet).
                 layouts = Counter(Plan.from_json(t.user_attrs[TrialAttr.PLAN]).scopes for t in measured
-                                  if TrialAttr.PLAN in t.user_attrs)
-                plan = centre.user_attrs.get(TrialAttr.PLAN)
-                layout = Plan.from_json(plan).scopes if plan is not None else None
+                                  if TrialAttr.PLAN in t.user_attrs and observed_ratio(t) is not None)
+                layout = self._space.decode(full_params(self._space, centre.params)).scopes
                 return rank(self._space, fresh, measured, self._rng, layouts, layout, best)[0]
         return None
 

@@ -173,7 +173,7 @@ def test_a_ridge_is_crossed_from_a_trial_tied_with_the_best(space: SearchSpace) 
 
 def test_the_best_layouts_options_wait_only_for_layouts_that_may_beat_it(space: SearchSpace) -> None:
     """Around a new best, option moves come before the unmeasured layouts that the fit expects
-    to lose even optimistically, once per layout (transpose_mix, shared_gate: 7-8 pruned
+    to lose even optimistically, once per layout (transpose_mix, shared_gate: six or seven pruned
     structural trials before any option); layouts that may win still come first, and once the
     layout has two option sets its options wait for every unmeasured layout (option noise
     must not walk the best along one layout)."""
@@ -203,3 +203,8 @@ def test_the_best_layouts_options_wait_only_for_layouts_that_may_beat_it(space: 
     assert kinds(once, None) == layouts_first  # no incumbent: every unmeasured layout may win
     assert kinds(once, 1e-9) == sorted(layouts_first, reverse=True)  # none can beat it: options first
     assert kinds(twice, 1e-9) == layouts_first  # the layout has had its option try
+    # The best measured: the layouts the optimistic fit expects to beat it, then the options, then the rest.
+    mixed = kinds(once, 0.5)
+    first_option, last_option = mixed.index(True), len(mixed) - 1 - mixed[::-1].index(True)
+    assert 0 < first_option and last_option < len(mixed) - 1, mixed
+    assert all(mixed[first_option:last_option + 1]), mixed
