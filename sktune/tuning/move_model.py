@@ -8,6 +8,12 @@ measurements on the most promising of many candidates). With few rows the ridge 
 keeps every weight near zero and the order near the seeded random tie-break, so the model
 cannot do worse than chance by much.
 Inexact trials count too: their time says what a move costs, whatever their exactness.
+Each fused region of the decoded plan is a feature of its own too (by its op span): the
+block and cut keys say which ops a region holds only jointly, so a fit on them alone blamed
+a block for the region it had been fused into. On transpose_mix every fusing starting
+point fuses the gate with its mixer and is 2.6-3.2x slower than unfused; the fit then
+ranked the gate fused on its own (the best plan's missing region) seventh (docs/measured.md,
+"Regions in the fit").
 
 Which kind of move comes first (``move_group``): a region layout never measured that the
 fit, optimistically, expects to beat the best trial; then, once per layout, the centre's
@@ -29,8 +35,9 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.space.neighbours import Neighbour, full_params
-from sktune.plan import Scope
+from sktune.plan import Plan, Scope
 from sktune.space.search_space import SearchSpace
+from sktune.tuning.records import TrialAttr
 
 RIDGE = 1.0  # weight decay of the fit, in units of one trial's squared error
 # Ranked by a lower confidence bound (prediction minus KAPPA standard errors), as a
@@ -55,6 +62,18 @@ def observed_ratio(trial: FrozenTrial) -> float | None:
 Layout = tuple[Scope, ...]
 
 
+def with_regions(params: dict, plan: Plan) -> dict:
+    """``params`` plus one key per fused region of ``plan`` (a never-fuse range is no region)."""
+    return {**params, **{f"region:{s.first_op}-{s.last_op}": True for s in plan.scopes if s.name is not None}}
+
+
+def trial_features(space: SearchSpace, trial: FrozenTrial) -> dict:
+    """A trial's parameters (every key: ``full_params``) and regions (its recorded plan, else decoded)."""
+    params = full_params(space, trial.params)
+    plan = trial.user_attrs.get(TrialAttr.PLAN)
+    return with_regions(params, Plan.from_json(plan) if plan is not None else space.decode(params))
+
+
 def move_group(layout: Layout, hopeful: bool, layout_counts: Mapping[Layout, int], centre: Layout | None) -> int:
     """0: a layout never measured that may beat the best; 1: the centre's own option moves while
     its layout has one measurement; 2: another unmeasured layout; 3: a layout measured before."""
@@ -72,13 +91,14 @@ def rank(space: SearchSpace, candidates: Sequence[Neighbour], trials: Sequence[F
     counts: Mapping[Layout, int] = layout_counts or {}
     order = list(candidates)
     rng.shuffle(order)  # ties (and an empty model) in seeded random order
-    rows = [(full_params(space, t.params), math.log(r)) for t in trials if t.params and (r := observed_ratio(t))]
+    rows = [(trial_features(space, t), math.log(r)) for t in trials if t.params and (r := observed_ratio(t))]
     if len(rows) < 2:
         return sorted(order, key=lambda c: move_group(c.plan.scopes, True, counts, centre))
     # One column per (key, value) measured or proposed: a value no trial has measured (a cut
     # never set) keeps its prior, so its uncertainty shows instead of vanishing.
     values = {(k, repr(v)) for params, _ in rows for k, v in params.items()}
-    values |= {(k, repr(v)) for c in order for k, v in c.params.items()}
+    proposed = {id(c): with_regions(c.params, c.plan) for c in order}
+    values |= {(k, repr(v)) for c in order for k, v in proposed[id(c)].items()}
     columns = {kv: j for j, kv in enumerate(sorted(values))}
 
     def features(params: dict) -> np.ndarray:
@@ -102,7 +122,7 @@ def rank(space: SearchSpace, candidates: Sequence[Neighbour], trials: Sequence[F
         f = features(params)
         return float(f @ weights) - KAPPA * sigma * math.sqrt(float(f @ a_inv @ f))
 
-    predicted = {id(c): optimistic(c.params) for c in order}
+    predicted = {id(c): optimistic(proposed[id(c)]) for c in order}
     # A region layout never measured comes before one measured with other options: the
     # model knows the latter, and an option alone moves a ratio less than a cut does
     # (docs/measured.md, "A space whose best is no starting point"). An unmeasured layout

@@ -6,7 +6,9 @@ on random plans although the anchors and seeds had already measured the obvious 
 So the sampler, still one Optuna sampler inside Optuna's loop and storage (resume, many
 workers and the dashboard work as with TPE):
 
-* proposes a plan one structural move from the best exact trial (``space/neighbours.py``),
+* proposes a plan one structural move from the best exact trial (``space/neighbours.py``;
+  a best of another region layout that gained less than ``GAIN`` over an earlier trial leaves
+  that trial the centre),
   one not yet tried in the study nor hopeless by the exactness probe, most promising first
   by the study's own measurements (``tuning/move_model.py``): a local search that walks from
   the starting points towards a best none of them is;
@@ -48,6 +50,7 @@ NO_SCOPES_SHARE = 0.1  # how often a random start-up trial is a no-scope plan
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
 TIE = 0.05  # a trial this close to the best exact one is a tie within the noise of a measurement
 TIED_CENTRES = 2  # tied trials whose neighbours are searched after the best's
+GAIN = 0.02  # a new best of another layout gains less than this: the earlier stays the centre (``_centre``)
 
 PlanFilter = Callable[[Plan], str | None]  # why a plan is not worth a compile, or None
 
@@ -148,7 +151,8 @@ class SktuneSampler(optuna.samplers.BaseSampler):
         # crossed from a tied neighbour; trying every next best's spent up to 190 trials
         # on the noise among near ties, hence the cap.
         best = float(feasible[0].value)  # type: ignore[arg-type]
-        centres = [feasible[0], *[t for t in feasible[1:] if t.value <= best * (1 + TIE)][:TIED_CENTRES]]
+        first = self._centre(feasible)
+        centres = [first, *[t for t in feasible if t is not first and t.value <= best * (1 + TIE)][:TIED_CENTRES]]
         for centre in centres:
             fresh = [n for n in neighbours(self._space, centre.params)
                      if n.plan.dumps() not in tried and self._hopeless(n.plan) is None]
@@ -159,6 +163,26 @@ class SktuneSampler(optuna.samplers.BaseSampler):
                 layout = self._space.decode(full_params(self._space, centre.params)).scopes
                 return rank(self._space, fresh, measured, self._rng, layouts, layout, best)[0]
         return None
+
+    def _centre(self, feasible: list[FrozenTrial]) -> FrozenTrial:
+        """The best exact trial (``feasible`` is sorted), unless an earlier trial of another
+        region layout is within ``GAIN`` of it: then the earliest such trial. A structural move
+        that gained less than a re-measurement's spread is no step forward; centred on it, the
+        search walked along noise (shared_gate: a cut that gained 0.4 % became the centre, and
+        the cut that gained 30 % waited six trials; docs/measured.md, "Regions in the fit")."""
+        best = feasible[0]
+        layout = self._layout(best)
+        near = [t for t in feasible if t.value <= best.value * (1 + GAIN)  # type: ignore[operator]
+                and self._layout(t) != layout]
+        return min([best, *near], key=lambda t: t.number)
+
+    def _layout(self, trial: FrozenTrial) -> tuple:
+        """A measured trial's region layout: its recorded plan's scopes, else its decoded parameters'."""
+        assert self._space is not None
+        plan = trial.user_attrs.get(TrialAttr.PLAN)
+        if plan is not None:
+            return Plan.from_json(plan).scopes
+        return self._space.decode(full_params(self._space, trial.params)).scopes
 
     def _tried(self, trials: list[FrozenTrial]) -> set[str]:
         """Plans the study has run, is running, skipped or has queued: none is proposed again."""

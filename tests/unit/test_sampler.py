@@ -208,3 +208,66 @@ def test_the_best_layouts_options_wait_only_for_layouts_that_may_beat_it(space: 
     first_option, last_option = mixed.index(True), len(mixed) - 1 - mixed[::-1].index(True)
     assert 0 < first_option and last_option < len(mixed) - 1, mixed
     assert all(mixed[first_option:last_option + 1]), mixed
+
+
+def test_a_region_measured_slow_blames_the_region_not_its_blocks(space: SearchSpace) -> None:
+    """transpose_mix's history in small: every fusing start fuses blocks 3 and 4 together and
+    is slow; the climb from unfused has fused blocks 4, 5 and 6 into two regions. Fusing
+    block 3 on its own (a region no trial has held) must come before the moves that only
+    reshape the best's own regions: a fit on block and cut keys alone blamed block 3 for the
+    slow region and tried it after them (seventh of nine on transpose_mix)."""
+    import random
+    from collections import Counter
+
+    from sktune.tuning.move_model import rank
+
+    F, E = True, False
+
+    def params(fuse: list[bool], cut_after: int | None = None) -> dict:
+        split = None if cut_after is None else [j == cut_after for j in range(len(fuse) - 1)]
+        return full_params(space, space.params_for(fuse, split=split))
+
+    history = [(params([F] * 7), 2.6), (params([F] * 6 + [E]), 3.2), (params([E, E, F, F, F, E, E]), 3.1),
+               (params([E] * 7), 1.0), (params([E] * 6 + [F]), 0.9), (params([E] * 5 + [F, F]), 0.5),
+               (params([E] * 4 + [F, F, F], cut_after=4), 0.4)]
+    study = optuna.create_study()
+    dist = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.domains().items()}
+    for p, value in history:
+        study.add_trial(optuna.trial.create_trial(value=value, params=p, distributions=dist))
+    centre = history[-1][0]
+    layout = space.decode(centre).scopes
+    counts = Counter(space.decode(p).scopes for p, _ in history)
+    candidates = [n for n in neighbours(space, centre) if n.plan.scopes != layout]
+    reshaping = {"cut:4 off", "cut cut:4 ⇄ cut:5", "block:6 eager"}
+    assert reshaping <= {n.move for n in candidates}
+    for seed in range(8):
+        moves = [n.move for n in rank(space, candidates, study.trials, random.Random(seed), counts, layout, 0.4)]
+        alone = next(k for k, m in enumerate(moves) if m.startswith("block:3 fused") and "cut:3 on" in m)
+        assert all(alone < moves.index(m) for m in reshaping), moves
+
+
+def test_a_new_best_within_the_noise_of_an_earlier_layout_does_not_move_the_centre(space: SearchSpace) -> None:
+    """shared_gate: a cut that gained 0.4 % became the centre, and the cut that gained 30 %
+    (a neighbour of the earlier best) waited six trials. A best of another layout that gains
+    less than ``GAIN`` leaves the earlier trial the centre; a clear gain moves it."""
+    from sktune.tuning.sampler import GAIN
+
+    domains = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.domains().items()}
+    start = dict(space.anchors())["fuse-all"]
+    step = next(n for n in neighbours(space, start) if n.move.startswith("cut:"))
+
+    def proposal_after(gain: float) -> Plan:
+        study = optuna.create_study(direction="minimize", sampler=SktuneSampler(seed=0))
+        attach_space(study, space)
+        for params, value in ((full_params(space, start), 1.0), (step.params, 1.0 - gain)):
+            study.add_trial(optuna.trial.create_trial(
+                params=params, distributions={k: domains[k] for k in params}, value=value,
+                constraints={"bitwise": 0.0}, user_attrs={TrialAttr.PLAN: space.decode(params).to_json()}))
+        proposal = study.sampler._local_move(study)
+        assert proposal is not None
+        return proposal.plan
+
+    around_start = {n.plan for n in neighbours(space, start)}
+    around_step = {n.plan for n in neighbours(space, step.params)}
+    assert proposal_after(GAIN / 4) in around_start
+    assert proposal_after(4 * GAIN) in around_step
