@@ -67,11 +67,15 @@ def with_regions(params: dict, plan: Plan) -> dict:
     return {**params, **{f"region:{s.first_op}-{s.last_op}": True for s in plan.scopes if s.name is not None}}
 
 
-def trial_features(space: SearchSpace, trial: FrozenTrial) -> dict:
-    """A trial's parameters (every key: ``full_params``) and regions (its recorded plan, else decoded)."""
-    params = full_params(space, trial.params)
+def trial_plan(space: SearchSpace, trial: FrozenTrial) -> Plan:
+    """A trial's plan: the one it recorded, else its parameters decoded (every key: ``full_params``)."""
     plan = trial.user_attrs.get(TrialAttr.PLAN)
-    return with_regions(params, Plan.from_json(plan) if plan is not None else space.decode(params))
+    return Plan.from_json(plan) if plan is not None else space.decode(full_params(space, trial.params))
+
+
+def trial_features(space: SearchSpace, trial: FrozenTrial) -> dict:
+    """A trial's parameters (every key: ``full_params``) and the regions of its plan."""
+    return with_regions(full_params(space, trial.params), trial_plan(space, trial))
 
 
 def move_group(layout: Layout, hopeful: bool, layout_counts: Mapping[Layout, int], centre: Layout | None) -> int:

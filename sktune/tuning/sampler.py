@@ -41,7 +41,7 @@ from sktune.space.exactness import Exactness
 from sktune.space.neighbours import Neighbour, full_params, neighbours
 from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace
-from sktune.tuning.move_model import observed_ratio, rank
+from sktune.tuning.move_model import observed_ratio, rank, trial_plan
 from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, is_yardstick, reused, skipped
 from sktune.tuning.trial_writer import record_proposed
 
@@ -177,12 +177,9 @@ class SktuneSampler(optuna.samplers.BaseSampler):
         return min([best, *near], key=lambda t: t.number)
 
     def _layout(self, trial: FrozenTrial) -> tuple:
-        """A measured trial's region layout: its recorded plan's scopes, else its decoded parameters'."""
+        """A measured trial's region layout."""
         assert self._space is not None
-        plan = trial.user_attrs.get(TrialAttr.PLAN)
-        if plan is not None:
-            return Plan.from_json(plan).scopes
-        return self._space.decode(full_params(self._space, trial.params)).scopes
+        return trial_plan(self._space, trial).scopes
 
     def _tried(self, trials: list[FrozenTrial]) -> set[str]:
         """Plans the study has run, is running, skipped or has queued: none is proposed again."""
