@@ -35,7 +35,7 @@ UNRECORDED_REASON = ("the compiled regions recorded no kernel: built without Ind
 
 @dataclass(frozen=True)
 class StepProfile:
-    """Per-step medians (µs) and the most expensive kernels over the profiled steps."""
+    """Per-step medians (µs): of the step, its split, and each of the most expensive kernels."""
 
     step_us: float
     busy_us: float
@@ -97,14 +97,17 @@ def step_profile(events: list[RawEvent], top: int = 15) -> StepProfile:
     per_step = [s.duration_us for s in steps_at]
     busy = [_union_us(spans) for spans in inside]
     unrecorded = [_union_us(spans + regions) - b for spans, regions, b in zip(inside, silent, busy)]
-    totals: dict[str, float] = defaultdict(float)
+    # Each kernel's time per step, then its median over the steps, as for the step itself: one
+    # step slowed by the machine (a preempted thread, an OpenMP barrier waiting on one) must
+    # not make a kernel outweigh the median step's busy time.
+    per_kernel: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(steps_at))
     counts: dict[str, int] = defaultdict(int)
-    for e in compute:
-        totals[e.name] += e.duration_us
+    for k, e in by_enclosing(steps_at, compute):
+        per_kernel[e.name][k] += e.duration_us
         counts[e.name] += 1
+    totals = {name: _median(times) for name, times in per_kernel.items()}
     ranked = sorted(totals, key=totals.__getitem__, reverse=True)[:top]
-    kernels = [{"name": n, "total_us": totals[n] / max(len(steps_at), 1), "count": counts[n] // max(len(steps_at), 1)}
-               for n in ranked]
+    kernels = [{"name": n, "total_us": totals[n], "count": counts[n] // max(len(steps_at), 1)} for n in ranked]
     step_us, busy_us, unrecorded_us = (_median(v) for v in (per_step, busy, unrecorded))
     partial = any(u > 0 for u in unrecorded)
     return StepProfile(step_us, busy_us, max(step_us - busy_us - unrecorded_us, 0.0), len(steps_at), kernels,
