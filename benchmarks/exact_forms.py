@@ -4,6 +4,7 @@ exact forms makes it so, and what each form costs (issue 13's per-op table).
     python benchmarks/exact_forms.py
     python benchmarks/exact_forms.py --shape 1,32,128 --shape 3,37 --op softmax --op silu
     python benchmarks/exact_forms.py --odd --op sigmoid   # also at odd last dims (issue 26)
+    python benchmarks/exact_forms.py --var-welford        # var in ATen's order: bitwise, but no faster
 
 Each op runs alone in a one-op model (the op timed is the model's last; ``matmul_row``
 slices its query row first), captured and compiled by sktune's own inductor
@@ -87,10 +88,57 @@ def _forms(op_type: str, exact_options: dict[str, object], fallbacks: set[str]) 
     return forms
 
 
+def welford_var(x: torch.Tensor, correction: float = 1.0) -> torch.Tensor:
+    """``x.var(-1, keepdim=True)`` in ATen's order: its CPU var over one dim is
+    ``binary_kernel_reduce`` with ``WelfordOps<float, double, ...>`` (ReduceOpsKernel.cpp,
+    SharedReduceOps.h), a serial Welford in double per output, cast to float at the end."""
+    zero = torch.zeros_like(x[..., :1], dtype=torch.float64)
+    mean, m2 = zero, zero
+    for i in range(x.shape[-1]):
+        xi = x[..., i:i + 1].to(torch.float64)
+        delta = xi - mean
+        new_mean = mean + delta / float(i + 1)
+        m2 = m2 + delta * (xi - new_mean)
+        mean = new_mean
+    divisor = x.shape[-1] - correction if x.shape[-1] > correction else 0.0
+    return (m2 / divisor).to(torch.float32)
+
+
+def _var_welford(shapes: list[tuple[int, ...]], seeds: int) -> None:
+    """The Welford form compiled as one region, against eager's var and Inductor's own."""
+    import functools
+    import time
+
+    from torch._inductor.compile_fx import compile_fx
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils.benchmark import Timer
+
+    def var(x: torch.Tensor) -> torch.Tensor:
+        return x.var(-1, keepdim=True)
+
+    print(f"{'shape':<14} {'form':<16} {'compile s':>9} {'bitwise':<9} {'µs':>7}")
+    for sizes in shapes:
+        x = _inputs(sizes, 0, False)[0]
+        for form, fn in (("eager var", None), ("inductor var", var), ("welford form", welford_var)):
+            start = time.perf_counter()
+            run = var if fn is None else compile_fx(make_fx(functools.partial(fn))(x), [x])
+            compile_s = time.perf_counter() - start if fn is not None else 0.0
+            worst = 0
+            for seed in range(seeds):
+                xs = _inputs(sizes, seed, False)[0]
+                got = run(xs)
+                got = got[0] if isinstance(got, (list, tuple)) else got
+                worst = max(worst, int((got.view(torch.int32).long() - var(xs).view(torch.int32).long()).abs().max()))
+            us = Timer("run(x)", globals={"run": run, "x": x}).blocked_autorange(min_run_time=0.5).median * 1e6
+            print(f"{str(sizes):<14} {form:<16} {compile_s:>9.1f} {'yes' if worst == 0 else f'{worst} ULP':<9} {us:>7.2f}",
+                  flush=True)
+
+
 @app.command()
 def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separated (repeatable); the first is timed.")] = ["1,32,128", "3,37", "2,7,19"],  # noqa: B006
          op: Annotated[list[str], typer.Option(help="Only these ops (repeatable); default: all.")] = [],  # noqa: B006
          odd: Annotated[bool, typer.Option(help="Add last dims 15, 17, 33, 100, 127 (rows of 4) and (8,1,256).")] = False,
+         var_welford: Annotated[bool, typer.Option(help="Only var: ATen's Welford order compiled, against eager and Inductor.")] = False,
          seeds: int = 3, n_batches: int = 20) -> None:
     """Print, per op and form: bitwise on every seed and shape (max ULP otherwise), µs per call."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="sktune-exact-forms-"))
@@ -111,6 +159,9 @@ def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separ
     shapes = [tuple(int(d) for d in s.split(",")) for s in shape]
     if odd:
         shapes += [s for s in ODD_SHAPES if s not in shapes]
+    if var_welford:
+        _var_welford(shapes, seeds)
+        return
     backend = get_backend("inductor", for_trials=True)
     print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, shapes {shapes} "
           f"(µs at {shapes[0]}), {seeds} seeds, 1 thread")
