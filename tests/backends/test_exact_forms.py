@@ -81,3 +81,22 @@ def test_pointwise_fallbacks_at_tail_sizes(backend) -> None:
         return torch.sigmoid(x) + torch.nn.functional.silu(x * 2) * torch.sqrt(x.abs())
 
     _assert_bitwise(backend, fn, ODD, {"fallback_ops": ["sigmoid", "silu", "sqrt"]})
+
+
+def test_var_is_a_welford_in_double_and_its_fallback_is_bitwise(backend) -> None:
+    """ATen's var over one dim is a serial Welford per row in double, rounded to float once
+    (docs/measured.md, "Exact forms"); Inductor's stays in float. Written out, that order is
+    no faster than eager, so var keeps its fallback, bitwise at every size."""
+    def welford(row: list[float]) -> float:
+        mean = m2 = 0.0
+        for n, value in enumerate(row, 1):
+            delta = value - mean
+            mean += delta / n
+            m2 += delta * (value - mean)
+        return m2 / (len(row) - 1)
+
+    for shape in [(4, 7), (4, 15), (3, 37), (2, 130)]:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1)) * 3 + 1
+        ours = torch.tensor([welford(row) for row in x.double().tolist()], dtype=torch.float64).float()
+        assert torch.equal(ours, x.var(-1)), shape
+    _assert_bitwise(backend, lambda x: x.var(-1) * 2, ODD, {"fallback_ops": ["var"]})
