@@ -107,7 +107,7 @@ def busy_gap_figure(breakdown: pd.DataFrame) -> go.Figure:
 
 
 def kernels_figure(kernels: pd.DataFrame) -> go.Figure:
-    """Top kernels per step, baseline and best side by side."""
+    """Top kernels, each its median time per step, baseline and best side by side."""
     fig = go.Figure()
     order = (kernels.groupby("name")["total_us"].max().sort_values(ascending=True)).index.tolist()
     for which, colour in (("unfused baseline", "#7f7f7f"), ("best exact plan", "#2ca02c")):
@@ -117,7 +117,7 @@ def kernels_figure(kernels: pd.DataFrame) -> go.Figure:
             marker_color=colour,
             hovertext=[f"{escape(n)}<br>{escape(which)}: " + ("—" if pd.isna(v) else f"{v:.1f} µs/step")
                        for n, v in zip(order, part["total_us"])], hoverinfo="text"))
-    return _layout(fig, "Top kernels: time per step (µs)", 120 + 26 * max(len(order), 3), barmode="group",
+    return _layout(fig, "Top kernels: median time per step (µs)", 120 + 26 * max(len(order), 3), barmode="group",
                    xaxis={"title": "µs per step"}, legend={"orientation": "h", "y": -0.15},
                    margin={"l": 260, "r": 30, "t": 50, "b": 50})
 
