@@ -113,6 +113,8 @@ def _var_welford(shapes: list[tuple[int, ...]], seeds: int) -> None:
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.utils.benchmark import Timer
 
+    from sktune.verify import compare_outputs, flatten_outputs
+
     def var(x: torch.Tensor) -> torch.Tensor:
         return x.var(-1, keepdim=True)
 
@@ -126,9 +128,8 @@ def _var_welford(shapes: list[tuple[int, ...]], seeds: int) -> None:
             worst = 0
             for seed in range(seeds):
                 xs = _inputs(sizes, seed, False)[0]
-                got = run(xs)
-                got = got[0] if isinstance(got, (list, tuple)) else got
-                worst = max(worst, int((got.view(torch.int32).long() - var(xs).view(torch.int32).long()).abs().max()))
+                diff = compare_outputs(flatten_outputs(var(xs)), flatten_outputs(run(xs)))
+                worst = max([worst, *(d.max_ulp for d in diff)])
             us = Timer("run(x)", globals={"run": run, "x": x}).blocked_autorange(min_run_time=0.5).median * 1e6
             print(f"{str(sizes):<14} {form:<16} {compile_s:>9.1f} {'yes' if worst == 0 else f'{worst} ULP':<9} {us:>7.2f}",
                   flush=True)
