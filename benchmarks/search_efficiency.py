@@ -174,7 +174,7 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
           f"{interval} vs unfused; fuse-all (inexact: "
           f"{not data['fuse_all']['bitwise']}) {1 / data['fuse_all']['ratio']:.2f}×; gain kept {data['gain_kept']:.0%}")
     # Warm cache: the same plans again in a fresh worker process using the study's Inductor cache.
-    cache_dir = (settings.cache_root / settings.study).resolve()
+    cache_dir = settings.compile_cache
     plans = [t.user_attrs[TrialAttr.PLAN] for t in study.trials if TrialAttr.OVERHEAD_S in t.user_attrs]
     code = (
         "import json, os, statistics, sys, time\n"

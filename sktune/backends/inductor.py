@@ -34,6 +34,7 @@ from sktune.graph.grouping import regions
 from sktune.graph.opgraph import OpGraph
 from sktune.graph.side_by_side import node_values
 from sktune.graph.structure import find_repeats, stitched, unit_starts
+from sktune.host_cpu import cpu_name, vector_facts
 from sktune.plan import Plan, check_plan
 
 aten = torch.ops.aten
@@ -117,11 +118,19 @@ class InductorBackend(Backend):
     @classmethod
     def export_snippet(cls, plan: Plan, environment: dict[str, Any], threads: int) -> ExportSnippet:
         default = super().export_snippet(plan, environment, threads)
+        # Exactness follows vector width: name the CPU it was verified on (host_cpu.py).
+        where = (f"# Verified bitwise on {environment['cpu']} ({environment['cpu_capability']} vectors); on a CPU "
+                 "with other vectors, verify it again: sktune run there.",) if "cpu_capability" in environment else ()
         return ExportSnippet(default.versions, default.usage, (
+            *where,
             "# sktune.apply returns torch.compile(model, backend=<the plan's Inductor regions>, fullgraph=True, "
             "dynamic=False):",
             "# each fused group is one Inductor-compiled region, everything else runs eagerly.",
             *default.before_plan))
+
+    def environment(self) -> dict[str, str]:
+        # Compiled code and its exactness follow the CPU and its vector ISA (host_cpu.py).
+        return {**super().environment(), "cpu": cpu_name(), **vector_facts()}
 
     def compile_counts(self) -> dict[str, float]:
         """Regions compiled and reused since the last call; with a helper, also the seconds

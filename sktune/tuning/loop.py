@@ -82,7 +82,7 @@ def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Tria
 def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
          on_ready: Callable[[optuna.Study, Workload], None] | None = None) -> optuna.Study:
     """Run ``settings.trials`` more trials on the study (created or resumed)."""
-    cache_dir = (settings.cache_root / settings.study).resolve()
+    cache_dir = settings.compile_cache
     cache_dir.mkdir(parents=True, exist_ok=True)
     effort = settings.resolved_effort
     probe_cache = str((settings.cache_root / "exactness-probe.json").resolve()) if settings.probe else None

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from sktune.host_cpu import cache_tag
 from sktune.tuning.budget import EFFORTS, Effort
 
 DEFAULT_STORAGE = "sqlite:///sktune.db"
@@ -46,6 +47,12 @@ class TuneSettings:
     @property
     def study(self) -> str:
         return self.study_name or f"{self.model_path.stem}-{self.backend}"
+
+    @property
+    def compile_cache(self) -> Path:
+        """The study's Inductor cache directory: one per CPU and ``ATEN_CPU_CAPABILITY``, since
+        Inductor's own cache key names neither (host_cpu.py)."""
+        return (self.cache_root / self.study / cache_tag()).resolve()
 
 
 def _default_backend() -> str:

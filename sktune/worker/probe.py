@@ -27,6 +27,7 @@ import torch
 from torch import fx
 
 from sktune.graph.side_by_side import eager_with, node_values, side_by_side, span_nodes
+from sktune.host_cpu import vector_facts
 from sktune.plan import Plan, Scope
 from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
 
@@ -49,18 +50,11 @@ def probe_key(backend: str, target: str, node: fx.Node, exact_options: dict[str,
     (a new exact option asks every op again)."""
     inputs = json.dumps([_describe_arg(a) for a in node.args] + [[k, _describe_arg(v)] for k, v in node.kwargs.items()])
     exact = json.dumps(exact_options or {}, sort_keys=True)
-    cpu = torch.backends.cpu.get_cpu_capability()  # e.g. AVX512, AVX2, DEFAULT
     # Inductor's vector ISA follows ATen's capability on x86 but not always (its own simdlen
     # setting, ARM): exactness depends on both (docs/measured.md, "Exact forms").
-    return f"{backend}|torch {torch.__version__}|cpu {cpu}|isa {_inductor_isa()}|{target}|{inputs}|exact {exact}"
-
-
-def _inductor_isa() -> str:
-    """The vector ISA Inductor's C++ uses here and its width in floats ("none": scalar code)."""
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-    isa = pick_vec_isa()
-    return f"{isa} {isa.nelements(torch.float32)}" if isa else "none"
+    cpu = vector_facts()
+    return (f"{backend}|torch {torch.__version__}|cpu {cpu['cpu_capability']}|isa {cpu['vec_isa']}|{target}|"
+            f"{inputs}|exact {exact}")
 
 
 def isolating_span(i: int, n_ops: int, legal: set[int]) -> tuple[int, int]:

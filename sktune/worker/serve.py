@@ -25,7 +25,7 @@ def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, paren
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
     if parent_pid is not None:
         die_with_parent(parent_pid)
-    if cache_dir:  # before torch is imported: one Inductor cache per study
+    if cache_dir:  # before torch is imported: one Inductor cache per study and CPU (TuneSettings.compile_cache)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's own logs off the user's screen
     from sktune.worker.runner import RunnerConfig, TrialRunner

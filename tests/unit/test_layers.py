@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 SKTUNE = Path(__file__).resolve().parents[2] / "sktune"
-LAYERS = ("errors", "child_process", "plan", "verify", "capabilities", "graph", "space", "measure", "load", "backends",
+LAYERS = ("errors", "child_process", "host_cpu", "plan", "verify", "capabilities", "graph", "space", "measure", "load", "backends",
           "pipe", "worker", "tuning", "report", "benchlib", "doctor", "_apply", "cli")  # bottom first, as the doc lists them
 
 
