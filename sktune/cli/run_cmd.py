@@ -215,6 +215,7 @@ def _print_summary(data: dict[str, Any]) -> None:
         f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed; "
         f"{data.get('n_reused', 0)} reused an earlier trial of the same plan, not compiled); "
         f"verified on {data['input_sets']} input sets; {data['threads']} thread(s)"
+        + (f" on {data['cpu']['name']} ({data['cpu']['capability']} vectors)" if data.get("cpu") else "")
     )
     beaten = [a for a in data.get("anchors") or [] if a["best_speedup_over"] and a["anchor"] != "unfused"]
     if beaten and data.get("best_trial") is not None:

@@ -27,6 +27,7 @@ from sktune.pipe.workload import Workload
 
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
 Named = tuple[str, dict[str, Any]]  # (anchor name, parameters)
+CPU_KEYS = ("cpu_capability", "vec_isa")  # host_cpu.vector_facts, in a CPU backend's environment
 
 
 class StartingQueue:
@@ -99,6 +100,9 @@ def fingerprint(workload: Workload) -> dict[str, Any]:
         "torch": env.get("torch"),
         "torch_npu": env.get("torch_npu"),
         "sktune": __version__,
+        # Exactness follows vector width (docs/measured.md, "Exact forms"): verdicts from
+        # another capability do not carry over. None where the backend does not say.
+        **{key: env.get(key) for key in CPU_KEYS},
     }
 
 
@@ -159,9 +163,11 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
                 f"not {value}; resume with the same value or use a new --study name"
             )
     old, new = study.user_attrs.get(StudyAttr.FINGERPRINT, {}), fingerprint(workload)
-    changed = [f"{k}: {old.get(k)!r} → {new[k]!r}" for k in new if old.get(k) != new[k]]
+    # A study from before sktune recorded the CPU says nothing about it: not a change.
+    compared = [k for k in new if k in old or k not in CPU_KEYS]
+    changed = [f"{k}: {old.get(k)!r} → {new[k]!r}" for k in compared if old.get(k) != new[k]]
     if changed and not allow_changed:
         raise SktuneError(
-            f"study {name!r} was tuning something else; changed: " + "; ".join(changed)
+            f"study {name!r} was created for another model or machine; changed: " + "; ".join(changed)
             + ". Use a new --study name, or --allow-changed to resume anyway"
         )

@@ -44,6 +44,9 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "backend": study.user_attrs.get(StudyAttr.BACKEND),
         # An emulated device's times come from its model, never from hardware: say so everywhere.
         "device": "npu-emulator" if emulated else env.get("device") or "cpu",
+        # The CPU a CPU backend compiled for: exactness follows its vector width (host_cpu.py).
+        "cpu": ({"name": env.get("cpu"), "capability": env["cpu_capability"], "vec_isa": env.get("vec_isa")}
+                if "cpu_capability" in env else None),
         "emulated": emulated,
         "model": study.user_attrs.get(StudyAttr.MODEL),
         "n_ops": n_ops,

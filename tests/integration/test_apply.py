@@ -14,6 +14,7 @@ from sktune.backends.inductor import _Region
 from sktune.errors import PlanError
 from sktune.graph.capture import capture
 from sktune.graph.grouping import regions
+from sktune.host_cpu import cpu_name
 from sktune.load import build, draw_inputs, load_model_file
 from sktune.report.export import export_json, export_python
 from sktune.plan import Plan, Scope
@@ -70,6 +71,8 @@ def test_exported_snippet_reproduces_the_verified_outputs(study, unfused) -> Non
     source, graph, inputs, refs = unfused
     snippet = export_python(study)
     ast.parse(snippet)
+    # Exactness follows vector width: the snippet names the CPU it was verified on.
+    assert f"Verified bitwise on {cpu_name()} ({torch.backends.cpu.get_cpu_capability()} vectors)" in snippet
     namespace = {"model": build(source)}
     exec(compile(snippet, "<sktune export>", "exec"), namespace)
     model = namespace["model"]

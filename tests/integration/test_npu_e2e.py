@@ -49,6 +49,7 @@ def moe_study(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_run_completes_labelled_emulated_and_verified(moe_study: dict) -> None:
     data, result = moe_study["summary"], moe_study["result"]
     assert data["backend"] == "npu" and data["device"] == "npu-emulator" and data["emulated"] is True
+    assert data["cpu"] is None  # npu kernels are built for the device, not the host CPU
     assert data["verified_bitwise"] is True and data["speedup"] > 1
     assert "EMULATED Ascend" in result.stdout and "(emulated)" in result.stdout
     anchors = {a["anchor"]: a for a in data["anchors"]}

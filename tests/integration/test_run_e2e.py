@@ -8,7 +8,9 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 
+from sktune.host_cpu import cache_tag
 from tests.cli.test_cli import sktune
 from tests.integration.test_reliability import within_budget
 
@@ -42,6 +44,9 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     fused = sorted(i for g in data["groups"] for i in g)
     assert len(fused) == len(set(fused)), "an op is in two groups"
     assert f"best #{data['best_trial']}" in result.stdout  # the summary table names the best trial
+    # Where it ran: exactness follows the CPU's vector width (host_cpu.py).
+    assert data["cpu"]["capability"] == torch.backends.cpu.get_cpu_capability() and data["cpu"]["name"]
+    assert f"({data['cpu']['capability']} vectors)" in result.stdout
     assert "USDT" not in result.stdout + result.stderr  # Kineto's profiler_start/stop lines (measure/raw_events.py)
 
     study = optuna.load_study(study_name="e2e", storage=storage)
@@ -72,6 +77,16 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     reused = [t for t in resumed if "reused_from" in t.user_attrs]
     assert all(t.user_attrs["compiled"] is False and t.user_attrs["reused_from"] < t.number for t in reused)
     assert len([t for t in resumed if not str(t.user_attrs.get("anchor", "")).startswith("best+")]) == 9 + len(reused)
+
+    # One Inductor cache per CPU and capability (Inductor's key names neither: host_cpu.py);
+    # under another capability the verdicts would not carry over, so the resume is refused.
+    assert [p.name for p in (tmp_path / ".sktune" / "cache" / "e2e").iterdir()] == [cache_tag()]
+    if torch.backends.cpu.get_cpu_capability() != "DEFAULT":  # else no other capability exists here
+        scalar = sktune("run", str(studies_dir / "quant_block.py"), "--backend", "inductor", "--trials", "1",
+                        "--no-probe", "--storage", storage, "--study", "e2e", cwd=tmp_path,
+                        env={**os.environ, "ATEN_CPU_CAPABILITY": "default"})
+        assert scalar.returncode == 1 and "cpu_capability" in scalar.stderr and "--allow-changed" in scalar.stderr
+        assert "Traceback" not in scalar.stderr
 
 
 @pytest.mark.slow  # ~1 min: three worker faults and restarts; CI runs it (.ci/run)

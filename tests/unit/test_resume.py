@@ -25,9 +25,13 @@ SETTINGS = {StudyAttr.THREADS: 1, StudyAttr.INPUT_SETS: 3}
 WAITING = optuna.trial.TrialState.WAITING
 
 
-def describe(sha: str = "m") -> Workload:
+AVX512 = {"cpu_capability": "AVX512", "vec_isa": "avx512 16"}
+
+
+def describe(sha: str = "m", cpu: dict[str, str] | None = None) -> Workload:
     return Workload(tuple(Op(k, f"op{k}", t, m, "", "") for k, (t, m) in enumerate(zip(TARGETS, MODULES))),
-                    tuple(BOUNDARIES), INDUCTOR_LIKE, {"backend": "inductor", "torch": "2.13"}, sha, [[4, 8]])
+                    tuple(BOUNDARIES), INDUCTOR_LIKE, {"backend": "inductor", "torch": "2.13", **(cpu or AVX512)},
+                    sha, [[4, 8]])
 
 
 @pytest.fixture
@@ -141,6 +145,24 @@ def test_a_changed_model_is_refused_unless_allowed(space: SearchSpace) -> None:
         prepare(study, describe("edited"), space, Path("m.py"), SETTINGS)
     prepare(study, describe("edited"), space, Path("m.py"), SETTINGS, allow_changed=True)
     assert len(study.get_trials(states=(WAITING,))) == 1  # nothing queued twice
+
+
+def test_a_study_resumed_under_another_vector_capability_is_refused_unless_allowed(space: SearchSpace) -> None:
+    # Exactness follows vector width: AVX2's verdicts are not AVX-512's.
+    study = new_study()
+    prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    avx2 = describe(cpu={"cpu_capability": "AVX2", "vec_isa": "avx2 8"})
+    with pytest.raises(SktuneError, match="cpu_capability: 'AVX512' → 'AVX2'.*vec_isa.*--allow-changed"):
+        prepare(study, avx2, space, Path("m.py"), SETTINGS)
+    prepare(study, avx2, space, Path("m.py"), SETTINGS, allow_changed=True)
+
+
+def test_a_study_from_before_the_cpu_was_recorded_resumes(space: SearchSpace) -> None:
+    study = new_study()
+    prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    before = {k: v for k, v in study.user_attrs[StudyAttr.FINGERPRINT].items() if k not in AVX512}
+    study.set_user_attr(StudyAttr.FINGERPRINT, before)
+    prepare(study, describe(), space, Path("m.py"), SETTINGS)  # nothing said about the CPU: no change
 
 
 def test_a_different_space_is_refused(space: SearchSpace) -> None:
