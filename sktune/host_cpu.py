@@ -6,9 +6,10 @@ cache key names neither the CPU nor the capability. A cache written on one CPU, 
 another capability, hands back kernels built for that one: measured, a fused silu that is
 bitwise under ``ATEN_CPU_CAPABILITY=avx2`` with a fresh cache differed in 1,184 of 2,368
 elements when an AVX-512 run had filled the cache first (docs/measured.md, "One Inductor
-cache per CPU"). On an older CPU such a kernel can crash on an illegal instruction. So
-sktune keeps one Inductor cache per CPU and capability (``cache_tag``), and a study records
-where it ran (``vector_facts``).
+cache per CPU"); under ``default`` the cached kernel failed to compile. On a CPU without
+AVX-512 such a kernel would stop on an illegal instruction. So sktune keeps one Inductor
+cache per CPU and capability (``cache_tag``), and a study records where it ran
+(``vector_facts``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _cpuinfo_field(*names: str) -> str | None:
 
 
 def cpu_name() -> str:
-    """The CPU's model name, e.g. "AMD EPYC 9R14 96-Core Processor"."""
+    """The CPU's model name as the OS gives it, e.g. "Intel(R) Xeon(R) Processor"."""
     return _cpuinfo_field("model name", "Hardware", "cpu model") or platform.processor() or platform.machine()
 
 
