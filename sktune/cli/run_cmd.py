@@ -76,7 +76,10 @@ def run_command(
             shapes=_names("--shapes", shapes), warm_start=_names("--warm-start", warm_start) or (),
             warm_storage=warm_storage,
         )
-        progress = _Progress(settings.resolved_effort.trials)
+        from sktune.backends import backend_class
+
+        probing = settings.probe and backend_class(settings.backend).probes_exactness
+        progress = _Progress(settings.resolved_effort.trials, probing)
         try:
             with progress:
                 result = tune(settings, callbacks=[progress.on_trial], on_ready=progress.on_ready)
@@ -113,12 +116,13 @@ def _names(flag: str, value: str | None) -> tuple[str, ...] | None:
 class _Progress:
     """A rich progress bar whose description shows the best exact speedup so far."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, probing: bool = True) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=err_console, transient=False)
-        self.task = self.progress.add_task("starting worker (load, capture, reference, exactness probe)…", total=total)
+        steps = "load, capture, reference" + (", exactness probe" if probing else "")  # what start-up will do
+        self.task = self.progress.add_task(f"starting worker ({steps})…", total=total)
 
     def __enter__(self) -> "_Progress":
         self.progress.__enter__()

@@ -105,3 +105,11 @@ def test_the_patch_export_names_the_compile_that_honours_its_markers() -> None:
 
     assert marker_compiles("npu") == []  # its own markers: nothing to note
     assert marker_compiles("inductor") == ['torch.compile(backend="npugraph_ex")']
+
+
+@pytest.mark.parametrize("probing", [True, False])
+def test_the_start_up_line_announces_the_probe_only_when_it_runs(probing: bool) -> None:
+    from sktune.cli.run_cmd import _Progress
+
+    line = _Progress(3, probing).progress.tasks[0].description
+    assert line.startswith("starting worker (load, capture, reference") and ("exactness probe" in line) == probing
