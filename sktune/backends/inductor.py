@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 from torch import fx
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from sktune.backends._base import Backend, CompiledModel, ExportSnippet
 from sktune.backends.compile_helper import CompileHelper, helper_share
@@ -22,7 +21,6 @@ from sktune.backends.inductor_tables import (
     FALLBACK_ATEN,
     NO_ASSERTS,
     SIZE_DEPENDENT,
-    FallbackKey,
     cacheable,
     fallbacks_installed,
     static_shapes,
@@ -169,6 +167,8 @@ class InductorBackend(Backend):
                              f"known: {sorted(known | {FALLBACK_OPTION})}")
         patches = {**NO_ASSERTS, **{k: v for k, v in options.items() if k not in PLAN_ONLY_OPTIONS}}
         fallbacks = tuple(sorted(options.get(FALLBACK_OPTION, [])))
+        from sktune.backends.fallback_key import FallbackKey
+
         patches["post_grad_custom_pre_pass"] = FallbackKey(fallbacks, _eager_order_ops(options, fallbacks))
         if self.profile_kernels:
             patches["cpp.enable_kernel_profile"] = True
@@ -300,5 +300,5 @@ def _has_low_precision(graph: OpGraph) -> bool:
 
 def _config_key(patches: dict[str, Any], fallbacks: tuple[str, ...]) -> str:
     """Everything besides the graph that decides what a region compiles to."""
-    named = {k: v.uuid() if isinstance(v, CustomGraphPass) else v for k, v in sorted(patches.items())}
+    named = {k: v.uuid() if hasattr(v, "uuid") else v for k, v in sorted(patches.items())}
     return f"torch {torch.__version__} patches {named!r} fallbacks {fallbacks!r}"

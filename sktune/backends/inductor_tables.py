@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 from torch import fx
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
 aten = torch.ops.aten
 
@@ -83,20 +82,6 @@ def tables_restored() -> Iterator[list[dict[Any, Any]]]:
         lowering.fallbacks.update(saved_fallbacks)
         lowering.needs_realized_inputs.clear()
         lowering.needs_realized_inputs.update(saved_realized)
-
-
-class FallbackKey(CustomGraphPass):
-    """A no-op pass whose uuid puts the fallback set and the eager-order rewrites (global
-    tables Inductor's FX-graph cache key does not see) into that key."""
-
-    def __init__(self, fallbacks: tuple[str, ...], eager_order: tuple[str, ...] = ()) -> None:
-        self.fallbacks, self.eager_order = fallbacks, eager_order
-
-    def __call__(self, graph: fx.Graph) -> None:
-        return None
-
-    def uuid(self) -> Any:
-        return "sktune-plan-v4|fallbacks:" + ",".join(self.fallbacks) + "|eager-order:" + ",".join(self.eager_order)
 
 
 @contextlib.contextmanager

@@ -68,3 +68,19 @@ def test_the_tuner_reaches_the_worker_only_through_the_pipe() -> None:
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sktune.worker"):
                 reached.add(node.module)
     assert reached == {"sktune.worker.serve"}
+
+
+def test_the_commands_that_never_compile_import_no_compiler() -> None:
+    """Importing ``torch._inductor`` (and with it Dynamo) costs about 1.5 s: export, report,
+    inspect and the main process of a run import the backends but never compile, so the
+    backends import the compiler only where they compile (backends/fallback_key.py)."""
+    import subprocess
+    import sys
+
+    modules = ("sktune.backends.inductor", "sktune.backends.npu", "sktune.tuning.loop", "sktune.tuning.summary",
+               "sktune.report.export", "sktune.report.html", "sktune.cli.app")
+    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('torch._inductor', 'torch._dynamo'))))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
