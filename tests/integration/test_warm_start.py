@@ -27,6 +27,7 @@ def earlier(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow  # ~27 s (two runs); tests/unit/test_warm_start.py covers the mapping fast; CI runs it
 def test_a_deeper_model_with_the_same_layer_starts_from_the_earlier_best_plans(earlier: Path) -> None:
     result = run(earlier, "stack_deeper.py", "deeper", "--warm-start", "earlier")
     assert result.returncode == 0, result.stderr[-3000:]

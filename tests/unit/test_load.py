@@ -20,6 +20,7 @@ def test_loads_contract(test_models: Path) -> None:
         ("missing.py", "not found"),
         ("syntax_error.py", "syntax error"),
         ("no_build.py", "does not define build_model"),
+        ("no_inputs_fn.py", "does not define example_inputs"),
     ],
 )
 def test_bad_files_are_named(test_models: Path, name: str, expected: str) -> None:
