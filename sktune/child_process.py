@@ -22,3 +22,16 @@ def die_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid:  # the parent died before the request took effect
         os._exit(1)
+
+
+def thread_locked_progress_bars() -> None:
+    """torch.fx's ``Interpreter.run`` opens a progress bar (disabled, but tqdm creates its
+    lock anyway), and tqdm's first lock is a multiprocessing one: a named semaphore that the
+    resource tracker, shared with the tuner, is told to forget at exit. A child that crashes
+    never tells it, so a run whose worker segfaulted ended with "resource_tracker: There
+    appear to be 1 leaked semaphore objects". A child draws no bars: a thread lock does."""
+    import threading
+
+    from tqdm import tqdm  # Optuna's dependency; torch.fx uses it when it is installed
+
+    tqdm.set_lock(threading.RLock())

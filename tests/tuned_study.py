@@ -43,5 +43,6 @@ def tiny_study(factory: pytest.TempPathFactory) -> TinyStudy:
         capture_output=True, text=True, cwd=root, env=env, timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "leaked semaphore" not in result.stderr  # the crashed worker held no process-shared lock
     (root / "done").write_text("")
     return study

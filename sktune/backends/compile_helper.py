@@ -113,9 +113,10 @@ def _serve(conn: Connection, spec: HelperSpec, parent_pid: int) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tuner handles Ctrl-C; we end with the worker
-    from sktune.child_process import die_with_parent
+    from sktune.child_process import die_with_parent, thread_locked_progress_bars
 
     die_with_parent(parent_pid)
+    thread_locked_progress_bars()
     try:
         backend, graphs = _rebuild(spec)
     except Exception as exc:  # noqa: BLE001 - any failure: the worker carries on alone

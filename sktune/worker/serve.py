@@ -12,7 +12,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from sktune.child_process import die_with_parent
+from sktune.child_process import die_with_parent, thread_locked_progress_bars
 from sktune.errors import SktuneError
 from sktune.pipe.protocol import BisectRequest, ConfirmRequest, ProfileRequest, TrialRequest
 from sktune.pipe.verify_shapes import VerifyRequest
@@ -25,6 +25,7 @@ def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, paren
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
     if parent_pid is not None:
         die_with_parent(parent_pid)
+    thread_locked_progress_bars()
     if cache_dir:  # before torch is imported: one Inductor cache per study and CPU (TuneSettings.compile_cache)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's own logs off the user's screen
