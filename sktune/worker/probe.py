@@ -27,7 +27,7 @@ import torch
 from torch import fx
 
 from sktune.graph.side_by_side import eager_with, node_values, side_by_side, span_nodes
-from sktune.host_cpu import vector_facts
+from sktune.host_cpu import cache_tag, vector_facts
 from sktune.plan import Plan, Scope
 from sktune.verify import bitwise_equal, compare_outputs, flatten_outputs
 
@@ -51,10 +51,12 @@ def probe_key(backend: str, target: str, node: fx.Node, exact_options: dict[str,
     inputs = json.dumps([_describe_arg(a) for a in node.args] + [[k, _describe_arg(v)] for k, v in node.kwargs.items()])
     exact = json.dumps(exact_options or {}, sort_keys=True)
     # Inductor's vector ISA follows ATen's capability on x86 but not always (its own simdlen
-    # setting, ARM): exactness depends on both (docs/measured.md, "Exact forms").
+    # setting, ARM): exactness depends on both (docs/measured.md, "Exact forms"). And it
+    # compiles with -march=native: the host's tag (its instruction sets) keys the rest, as it
+    # keys the Inductor cache, so two CPUs of one capability never share answers.
     cpu = vector_facts()
-    return (f"{backend}|torch {torch.__version__}|cpu {cpu['cpu_capability']}|isa {cpu['vec_isa']}|{target}|"
-            f"{inputs}|exact {exact}")
+    return (f"{backend}|torch {torch.__version__}|cpu {cpu['cpu_capability']}|isa {cpu['vec_isa']}|"
+            f"host {cache_tag()}|{target}|{inputs}|exact {exact}")
 
 
 def isolating_span(i: int, n_ops: int, legal: set[int]) -> tuple[int, int]:

@@ -45,3 +45,17 @@ def test_probe_key_changes_with_inductors_vector_isa(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: None)  # scalar C++
     scalar = probe_key("inductor", "sigmoid", node)
     assert "isa avx512 16" in vectors and "isa none" in scalar and vectors != scalar
+
+
+def test_probe_key_changes_with_the_instruction_sets(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Two CPUs of one capability with other extensions (-march=native compiles for each)."""
+    from sktune import host_cpu
+
+    node = _sigmoid_node()
+    keys = []
+    for flags in ("fpu sse2 avx2 fma", "fpu sse2 avx2 fma avx512f avx512_fp16"):
+        info = tmp_path / f"cpuinfo{len(keys)}"
+        info.write_text(f"model name\t: Test CPU\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(host_cpu, "_CPUINFO", info)
+        keys.append(probe_key("inductor", "sigmoid", node))
+    assert keys[0] != keys[1]
