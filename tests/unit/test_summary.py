@@ -117,3 +117,38 @@ def test_a_yardstick_reads_as_exact_at_its_one_shape_not_as_not_exact() -> None:
     assert trials_data.history(study)["status"].tolist() == ["exact", "not exact", "yardstick", "yardstick"]
     assert summary(study)["best_trial"] == 0  # still never the best
     assert "yes, at bs1 only" in render(study)
+
+
+def test_best_vs_the_starting_points_uses_the_finalists_round(capsys: pytest.CaptureFixture) -> None:
+    """The quick start once printed "best vs the starting points: fuse-all 1.24×" under a table
+    of best 1.12× and fuse-all 1.09×: the best's search trial had met a disturbed baseline
+    (ratio 0.76). The best and every starting point re-measured in the finalists' round are
+    compared by those figures; the others by their search trial."""
+    study = optuna.create_study(direction="minimize")
+    for key, value in {"model": "m.py", "backend": "inductor", "threads": 1, "input_sets": 3, "ops": OPS,
+                       "boundaries": [0, 1, 2], "environment": {"backend": "inductor", "threads": "1"}}.items():
+        study.set_user_attr(key, value)
+    dist = {"block:0": optuna.distributions.CategoricalDistribution(["eager", "fuse", "half"])}
+    for anchor, scopes, ratio in (("unfused", [(None, 0, 3)], 1.0), ("fuse-all", [("sk0", 0, 3)], 0.94),
+                                  ("safe-runs", [("sk0", 0, 1), (None, 2, 3)], 0.963),
+                                  (None, [("sk0", 1, 3)], 0.761)):
+        study.add_trial(optuna.trial.create_trial(
+            value=ratio, params={"block:0": ["eager", "fuse", "half", "fuse"][len(study.trials)]}, distributions=dist,
+            user_attrs={"plan": _plan(scopes), "timing": _timing(ratio), "mismatches": [],
+                        **({"anchor": anchor} if anchor else {})},
+            constraints={"bitwise": 0.0}))
+    best = {"trial": 3, "timing": _timing(0.894)}
+    study.set_user_attr("finalists", [best])
+    study.set_user_attr("confirm_best", {**best, "bitwise": True})
+    study.set_user_attr("confirm_fuse_all", {"trial": 1, "timing": _timing(0.917), "bitwise": True})
+    study.set_user_attr("confirm_unfused", {"trial": 0, "timing": _timing(1.0)})
+    out = summary(study)
+    assert out["best_trial"] == 3 and out["search_speedup"] == pytest.approx(1 / 0.761)
+    anchors = {a["anchor"]: a for a in out["anchors"]}
+    assert anchors["fuse-all"]["timing_source"] == "re-measured"
+    assert anchors["fuse-all"]["best_speedup_over"] == pytest.approx(0.917 / 0.894)
+    assert anchors["safe-runs"]["timing_source"] == "search"
+    assert anchors["safe-runs"]["best_speedup_over"] == pytest.approx(0.963 / 0.894)
+    _print_summary(out)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "fuse-all 1.03×" in printed and "safe-runs 1.08×" in printed
