@@ -1,7 +1,7 @@
 """The no-op Inductor pass that keys a compile by sktune's edits of Inductor's global tables.
 
 Its own module, imported only where a region is compiled: importing ``torch._inductor``
-costs about 1.5 s, which the commands that never compile (export, report, inspect, and
+costs about 1.5 s, which the commands that never compile or capture (export, report, and
 the main process of a run) should not pay.
 """
 

@@ -71,8 +71,8 @@ def test_the_tuner_reaches_the_worker_only_through_the_pipe() -> None:
 
 
 def test_the_commands_that_never_compile_import_no_compiler() -> None:
-    """Importing ``torch._inductor`` (and with it Dynamo) costs about 1.5 s: export, report,
-    inspect and the main process of a run import the backends but never compile, so the
+    """Importing ``torch._inductor`` (and with it Dynamo) costs about 1.5 s: export, report
+    and the main process of a run import the backends but never compile or capture, so the
     backends import the compiler only where they compile (backends/fallback_key.py)."""
     import subprocess
     import sys
