@@ -18,19 +18,26 @@ OPS = [{"index": i, "name": f"n{i}", "target": t, "module": "", "module_type": "
        for i, t in enumerate(["pow", "mean", "mul", "add"])]
 
 
-def study_whose_best_fuses_nothing(noise_ratio: float) -> optuna.Study:
+def hand_made_study(trials: list[tuple[str | None, list, float, bool]]) -> optuna.Study:
+    """An inductor study over OPS with one complete trial per (anchor or None, scopes, ratio,
+    bitwise), each a distinct plan."""
     study = optuna.create_study(direction="minimize")
     for key, value in {"model": "m.py", "backend": "inductor", "threads": 1, "input_sets": 3, "ops": OPS,
                        "boundaries": [0, 1, 2], "environment": {"backend": "inductor", "threads": "1"}}.items():
         study.set_user_attr(key, value)
-    dist = {"block:0": optuna.distributions.CategoricalDistribution(["eager", "fuse"])}
-    for anchor, scopes, ratio, bitwise in (("unfused", [(None, 0, 3)], noise_ratio, True),
-                                           ("fuse-all", [("sk0", 0, 3)], 0.6, False)):
+    choices = ["eager", "fuse", "half", "cut"][:len(trials)]  # one value per trial: distinct plans
+    dist = {"block:0": optuna.distributions.CategoricalDistribution(choices)}
+    for choice, (anchor, scopes, ratio, bitwise) in zip(choices, trials, strict=True):
         study.add_trial(optuna.trial.create_trial(
-            value=ratio, params={"block:0": "eager" if bitwise else "fuse"}, distributions=dist,
-            user_attrs={"plan": _plan(scopes), "timing": _timing(ratio), "anchor": anchor, "mismatches": []},
+            value=ratio, params={"block:0": choice}, distributions=dist,
+            user_attrs={"plan": _plan(scopes), "timing": _timing(ratio), "mismatches": [],
+                        **({"anchor": anchor} if anchor else {})},
             constraints={"bitwise": 0.0 if bitwise else 2.0}))
     return study
+
+
+def study_whose_best_fuses_nothing(noise_ratio: float) -> optuna.Study:
+    return hand_made_study([("unfused", [(None, 0, 3)], noise_ratio, True), ("fuse-all", [("sk0", 0, 3)], 0.6, False)])
 
 
 @pytest.mark.parametrize("noise_ratio", [0.96, 1.04])  # measured either side of 1 under load
@@ -124,19 +131,9 @@ def test_best_vs_the_starting_points_uses_the_finalists_round(capsys: pytest.Cap
     of best 1.12× and fuse-all 1.09×: the best's search trial had met a disturbed baseline
     (ratio 0.76). The best and every starting point re-measured in the finalists' round are
     compared by those figures; the others by their search trial."""
-    study = optuna.create_study(direction="minimize")
-    for key, value in {"model": "m.py", "backend": "inductor", "threads": 1, "input_sets": 3, "ops": OPS,
-                       "boundaries": [0, 1, 2], "environment": {"backend": "inductor", "threads": "1"}}.items():
-        study.set_user_attr(key, value)
-    dist = {"block:0": optuna.distributions.CategoricalDistribution(["eager", "fuse", "half"])}
-    for anchor, scopes, ratio in (("unfused", [(None, 0, 3)], 1.0), ("fuse-all", [("sk0", 0, 3)], 0.94),
-                                  ("safe-runs", [("sk0", 0, 1), (None, 2, 3)], 0.963),
-                                  (None, [("sk0", 1, 3)], 0.761)):
-        study.add_trial(optuna.trial.create_trial(
-            value=ratio, params={"block:0": ["eager", "fuse", "half", "fuse"][len(study.trials)]}, distributions=dist,
-            user_attrs={"plan": _plan(scopes), "timing": _timing(ratio), "mismatches": [],
-                        **({"anchor": anchor} if anchor else {})},
-            constraints={"bitwise": 0.0}))
+    study = hand_made_study([("unfused", [(None, 0, 3)], 1.0, True), ("fuse-all", [("sk0", 0, 3)], 0.94, True),
+                             ("safe-runs", [("sk0", 0, 1), (None, 2, 3)], 0.963, True),
+                             (None, [("sk0", 1, 3)], 0.761, True)])
     best = {"trial": 3, "timing": _timing(0.894)}
     study.set_user_attr("finalists", [best])
     study.set_user_attr("confirm_best", {**best, "bitwise": True})
