@@ -63,7 +63,10 @@ def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Tria
 
     It runs after the starting points that can be the best (space_setup.likely_best_first),
     so a small budget or a timeout can end the search first; the finalists' round needs it
-    (a fused plan is named only when measurably faster than it). It is marked PAST_BUDGET.
+    (a fused plan is named only when measurably faster than it). It is marked PAST_BUDGET,
+    and so is every trial this worker runs ahead of it: with several workers, a point that
+    another worker queued waits before it. Once unfused has begun (here or in another
+    worker), nothing more runs here.
     """
     params = next((p for name, p in starting.points if name == UNFUSED), None)
     if params is None or ran_anchor(study, UNFUSED):
@@ -76,7 +79,18 @@ def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Tria
     # Optuna runs the waiting trials oldest first: those queued before it (another worker's,
     # a killed run's) run too, none after it.
     ahead = sum(t.state == optuna.trial.TrialState.WAITING and t.number <= unfused for t in trials)
-    study.optimize(objective, n_trials=ahead, catch=(TrialFailed,), callbacks=callbacks or [])
+
+    def past_budget(trial: optuna.Trial) -> float:
+        trial.set_user_attr(TrialAttr.PAST_BUDGET, True)
+        return objective(trial)
+
+    def stop_once_unfused_began(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        # Another worker may have taken a waiting trial: this one would then sample a plan.
+        if ran_anchor(study, UNFUSED):
+            study.stop()
+
+    study.optimize(past_budget, n_trials=ahead, catch=(TrialFailed,),
+                   callbacks=[*(callbacks or []), stop_once_unfused_began])
 
 
 def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
