@@ -49,6 +49,20 @@ class ModelSource:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
 
+def check_syntax(path: Path) -> None:
+    """Compile the model file without running it: ``sktune run`` reports a typo at once,
+    before a worker starts (seconds: it imports torch) and before the study is created."""
+    try:
+        compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise ModelFileError(syntax_error_message(exc, path)) from exc
+
+
+def syntax_error_message(exc: SyntaxError, path: Path) -> str:
+    """``file:line: syntax error: ...``, naming the file at fault (the model file, or a module it imports)."""
+    return f"{exc.filename or path}:{exc.lineno}: syntax error: {exc.msg}"
+
+
 def load_model_file(path: str | Path) -> ModelSource:
     """Import ``path`` as a module and check it defines the contract's two functions."""
     path = Path(path).resolve()
@@ -65,7 +79,7 @@ def load_model_file(path: str | Path) -> ModelSource:
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
-        raise ModelFileError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
+        raise ModelFileError(syntax_error_message(exc, path)) from exc
     except Exception as exc:
         raise ModelFileError(f"importing {path} raised {type(exc).__name__}: {exc}") from exc
     missing = [name for name in ("build_model", "example_inputs") if not callable(getattr(module, name, None))]

@@ -58,6 +58,7 @@ def run_command(
     with user_errors(debug):
         from sktune.backends import resolve_backend_name
         from sktune.errors import SktuneError
+        from sktune.load import check_syntax
         from sktune.tuning.loop import tune
         from sktune.tuning.settings import TuneSettings
         from sktune.tuning.summary import summary
@@ -66,6 +67,7 @@ def run_command(
             logging.getLogger("sktune").setLevel(logging.DEBUG)
         if not model.is_file():
             raise SktuneError(f"model file not found: {model}")
+        check_syntax(model.resolve())
         if summary_json is not None and not summary_json.resolve().parent.is_dir():
             raise SktuneError(f"--summary-json: directory {summary_json.resolve().parent} does not exist")
         settings = TuneSettings(

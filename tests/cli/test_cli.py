@@ -41,10 +41,10 @@ def test_inspect_finds_the_repeated_layers_of_the_decoder_stack() -> None:
     ("model", "message"),
     [
         ("missing.py", "model file not found"),  # found in the main process
-        ("syntax_error.py", "syntax error"),  # in the worker, loading the file
-        # The same path as syntax_error.py, each message also checked in-process (tests/unit/test_load.py):
+        ("syntax_error.py", "syntax error"),  # in the main process too, before a study is created
+        ("no_build.py", "does not define build_model"),  # in the worker, loading the file
+        # The same path as no_build.py, each message also checked in-process (tests/unit/test_load.py):
         # slow, to keep the default run under 10 minutes on 2 cores (a worker start each, ~5 s).
-        pytest.param("no_build.py", "does not define build_model", marks=pytest.mark.slow),
         pytest.param("no_inputs_fn.py", "does not define example_inputs", marks=pytest.mark.slow),
         pytest.param("build_raises.py", "weights not found", marks=pytest.mark.slow),
         ("returns_int.py", "must return tensors"),  # in the worker, capturing
@@ -61,6 +61,8 @@ def test_user_errors_are_one_message(test_models: Path, tmp_path: Path, model: s
     assert result.returncode == 1, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    if model == "syntax_error.py":  # a typo leaves no empty study behind to resume
+        assert not (tmp_path / "s.db").exists()
 
 
 @pytest.mark.slow  # 17-20 s: keeps the default run under 10 minutes on 2 cores (CI runs it)

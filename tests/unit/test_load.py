@@ -28,6 +28,20 @@ def test_bad_files_are_named(test_models: Path, name: str, expected: str) -> Non
         load_model_file(test_models / name)
 
 
+def test_a_syntax_error_is_found_without_running_the_file_and_names_the_file_at_fault(tmp_path: Path) -> None:
+    from sktune.load import check_syntax
+
+    model = tmp_path / "model.py"
+    model.write_text("import neighbour\nraise SystemExit('ran')\n")
+    check_syntax(model)  # compiled, not run
+    (tmp_path / "neighbour.py").write_text("x = (\n")
+    with pytest.raises(ModelFileError, match=r"neighbour\.py:1: syntax error"):
+        load_model_file(model)
+    model.write_text("def build_model(:\n    pass\n")
+    with pytest.raises(ModelFileError, match=r"model\.py:1: syntax error"):
+        check_syntax(model)
+
+
 def test_build_raising_is_reported(test_models: Path) -> None:
     source = load_model_file(test_models / "build_raises.py")
     with pytest.raises(ModelFileError, match="build_model\\(\\).*raised RuntimeError: weights not found"):
