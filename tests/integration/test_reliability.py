@@ -154,7 +154,9 @@ def test_many_workers_one_study(tmp_path: Path, kind: str, request: pytest.Fixtu
     # tiny_norm has one, cpp_wrapper) and the unfused plan if no worker had run it (loop.py), with
     # whatever another worker had queued ahead of it: all marked past_budget.
     assert len(within_budget(measured)) == 12 and len(refined(measured)) <= 3
-    assert sum(bool(t.user_attrs.get(TrialAttr.PAST_BUDGET)) for t in measured) <= 3
+    # Past budget: the unfused plan, and ahead of it at most one starting point per worker (each
+    # tops up the queue when none waits; three at the same moment may queue three).
+    assert sum(bool(t.user_attrs.get(TrialAttr.PAST_BUDGET)) for t in measured) <= 4
     pids = {t.user_attrs["worker"]["pid"] for t in measured}
     assert len(pids) == 3, "every worker ran trials"
     bests = {optuna.load_study(study_name="w", storage=optuna_storage).best_trial.number for _ in range(2)}
