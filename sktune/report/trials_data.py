@@ -22,7 +22,7 @@ _FAILURE_KINDS = ("hang", "crash", "error")
 # ---------------------------------------------------------------- 4. history, importances, parallel coordinates
 
 def _status(r: TrialRecord) -> str:
-    if r.state == "PRUNED":  # stopped early (partly measured) or skipped by the probe (never compiled)
+    if r.state == "PRUNED":  # stopped early (partly measured) or skipped (never compiled)
         return "pruned" if r.ratio is not None else "skipped"
     if r.state != "COMPLETE":
         return "failed"

@@ -23,6 +23,7 @@ from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
 from sktune.tuning.refine import refine_best
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
+from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
 from sktune.tuning.warm_start import warm_plans
 from sktune.tuning.yardsticks import run_yardsticks
@@ -81,7 +82,7 @@ def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Tria
     ahead = sum(t.state == optuna.trial.TrialState.WAITING and t.number <= unfused for t in trials)
 
     def past_budget(trial: optuna.Trial) -> float:
-        trial.set_user_attr(TrialAttr.PAST_BUDGET, True)
+        mark_past_budget(trial)
         return objective(trial)
 
     def stop_once_unfused_began(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -19,6 +19,7 @@ takes an earlier trial's outcome.
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,7 +32,7 @@ from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.dcci_seed import enqueue_dcci_seed
 from sktune.pipe.protocol import TrialRequest, TrialWorker, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
-from sktune.tuning.reuse import MeasuredPlans, take_outcome
+from sktune.tuning.reuse import MeasuredPlans, in_flight, take_outcome
 from sktune.tuning.sampler import hopeless_filter
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing
 from sktune.tuning.storage import worker_tag
@@ -67,6 +68,8 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
     probe_skip = None if exactness is None else hopeless_filter(space, targets, exactness)
     measured = MeasuredPlans()
     chunks, timeout = rules.chunks, rules.trial_timeout
+    # Each worker call of a trial ends within the trial timeout: a trial RUNNING longer is dead.
+    running_limit_s = timeout * (len(chunks) + len(rules.shapes) + 2)
 
     def fail(trial: optuna.Trial, failure: WorkerFailure) -> TrialFailed:
         write_failure(trial, failure)
@@ -100,6 +103,12 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             raise optuna.TrialPruned(hopeless)
         # No plan is measured twice (tuning/reuse.py); an anchor is timed fully, never pruned.
         earlier = None if yardstick else measured.find(trial.study, plan, pruned=not anchor)
+        busy = None if yardstick or earlier else in_flight(trial.study, plan, trial.number, datetime.now(),
+                                                           running_limit_s, anchors_only=bool(anchor))
+        if busy is not None:  # another worker's trial: its outcome will stand for this plan
+            reason = f"trial {busy.number} is measuring the same plan now (another worker)"
+            mark_skipped(trial, reason)
+            raise optuna.TrialPruned(reason)
         record_compiled(trial, earlier is None)
         if earlier is not None:
             state = take_outcome(trial, earlier)

@@ -4,8 +4,9 @@ minutes).
 
 Plans match on their JSON (``TrialAttr.PLAN``: scopes and options after every override).
 The earlier trial is looked up in the study's own stored trials, so the rule holds across
-resumed runs and across workers sharing one storage. Only finished trials are looked up:
-two workers that start the same plan at the same moment may both measure it.
+resumed runs and across workers sharing one storage. Only finished trials give their
+outcome. A plan that another worker is measuring right now (an earlier trial, RUNNING) is
+skipped instead (``in_flight``): workers that start together queue the same first plan.
 
 What is taken, by the earlier trial's state:
 
@@ -33,6 +34,7 @@ at one shape only: it neither gives its outcome nor takes another's.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -79,6 +81,31 @@ class MeasuredPlans:
             if self._keys[trial.number] == key:
                 return trial
         return None
+
+
+def in_flight(study: optuna.Study, plan: Plan, number: int, now: datetime, limit_s: float,
+              anchors_only: bool = False) -> FrozenTrial | None:
+    """An earlier trial (lower number) measuring ``plan`` right now: another worker's.
+    ``anchors_only``: an anchor's (timed in full, as an anchor must be; a sampled one may be pruned).
+
+    Workers that start together top up the starting queue at the same moment and may queue
+    one plan twice (``resume.StartingQueue``); the later trial is skipped, not measured
+    again. A trial RUNNING for over ``limit_s`` is taken for dead (its worker killed on
+    another host: ``storage.fail_orphaned_trials`` fails only this host's), so its plan runs.
+    The two may still both run when the earlier has not yet recorded its plan.
+    """
+    key = plan.dumps()
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if trial.number >= number or TrialAttr.PLAN not in trial.user_attrs or skipped(trial):
+            continue
+        if anchors_only and TrialAttr.ANCHOR not in trial.user_attrs:
+            continue
+        started = trial.datetime_start
+        if started is None or (now - started).total_seconds() > limit_s:
+            continue
+        if json.dumps(trial.user_attrs[TrialAttr.PLAN], sort_keys=True) == key:
+            return trial
+    return None
 
 
 def take_outcome(trial: optuna.Trial, earlier: FrozenTrial) -> TrialState:

@@ -34,6 +34,11 @@ def record_plan(trial: optuna.Trial, plan: Plan, overrides: dict[str, Any]) -> N
     trial.set_user_attr(TrialAttr.PLAN, plan.to_json())
 
 
+def mark_past_budget(trial: optuna.Trial) -> None:
+    """Run after this worker's ``--trials`` were spent (``loop.run_unfused_if_missing``)."""
+    trial.set_user_attr(TrialAttr.PAST_BUDGET, True)
+
+
 def record_worker(trial: optuna.Trial, tag: dict[str, Any]) -> None:
     """Which process runs the trial (``storage.worker_tag``): a resumed run fails it if that one died."""
     trial.set_user_attr(TrialAttr.WORKER, tag)
@@ -46,7 +51,8 @@ def record_proposed(study: optuna.Study, trial: FrozenTrial, how: str) -> None:
 
 
 def mark_skipped(trial: optuna.Trial, reason: str) -> None:
-    """Not compiled: refused (scope cap) or hopeless (exactness probe)."""
+    """Not compiled: refused (scope cap), hopeless (exactness probe), or measured now by
+    another worker's trial (``reuse.in_flight``)."""
     trial.set_user_attr(TrialAttr.COMPILED, False)
     trial.set_user_attr(TrialAttr.SKIPPED, f"skipped: {reason}")
 

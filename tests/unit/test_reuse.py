@@ -151,3 +151,36 @@ def test_the_replay_worker_counts_compiles_and_measurements(space: SearchSpace) 
     assert rows["trials_to_target_median"] == 3  # 2, 3 and never (11)
     assert rows["compiles_to_target_median"] == 3 and rows["measurements_to_target_median"] == 2
 
+
+
+def test_a_plan_another_worker_is_measuring_now_is_skipped_unless_that_trial_is_stale(space: SearchSpace) -> None:
+    """Workers that start together queue the same first plan: the later trial is skipped."""
+    from datetime import datetime, timedelta
+
+    from sktune.tuning.reuse import in_flight
+
+    params, other, _ = distinct(space)
+    plan = space.decode(params)
+    study = optuna.create_study(direction="minimize")
+    running = {TrialAttr.PLAN: plan.to_json(), TrialAttr.ANCHOR: "fuse-all+fallbacks"}
+    study.add_trial(optuna.trial.create_trial(state=State.RUNNING, user_attrs=running))  # another worker's
+    study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: "fuse-all+fallbacks"})
+    study.enqueue_trial(other)
+    worker = ScriptedWorker([result(0.7)])
+    objective = make_objective(space, worker, ObjectiveRules(CHUNKS, 60.0), TARGETS, None)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    search(study, objective, Effort(1, CHUNKS, None, 0))  # a skip does not use up the budget
+    _, twin, measured = study.trials
+    assert twin.state == State.PRUNED and twin.user_attrs[TrialAttr.COMPILED] is False
+    assert "trial 0 is measuring the same plan now" in twin.user_attrs[TrialAttr.SKIPPED]
+    assert measured.state == State.COMPLETE and runs(worker) == 1
+    assert worker.calls[0][1].plan == space.decode(other)
+
+    later = datetime.now() + timedelta(seconds=3600)  # an hour on: its worker is taken for dead
+    assert in_flight(study, plan, 5, datetime.now(), 600.0) is not None
+    assert in_flight(study, plan, 5, later, 600.0) is None
+    assert in_flight(study, plan, 0, datetime.now(), 600.0) is None  # only an earlier trial counts
+    sampled = optuna.create_study()
+    sampled.add_trial(optuna.trial.create_trial(state=State.RUNNING, user_attrs={TrialAttr.PLAN: plan.to_json()}))
+    assert in_flight(sampled, plan, 5, datetime.now(), 600.0, anchors_only=True) is None  # may be pruned
+    assert in_flight(sampled, plan, 5, datetime.now(), 600.0) is not None
