@@ -3,6 +3,8 @@ alone, marked past the budget, and the starting points after it wait for the nex
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import optuna
 
 from sktune.space.search_space import UNFUSED, SearchSpace
@@ -39,25 +41,11 @@ def test_unfused_runs_alone_past_a_spent_budget_and_the_next_point_waits_for_the
     assert anchors(study) == ["a", UNFUSED, "b"]  # unfused ran once; no second past-budget trial
 
 
-def test_with_many_workers_what_runs_ahead_of_unfused_is_past_the_budget_too(space: SearchSpace) -> None:
-    """Another worker's queued starting point waits before the unfused plan: it runs here, past
-    this worker's budget (CI once counted 13 trials that 3 workers × --trials 4 paid for)."""
-    a, b, c = distinct(space)
-    queue = StartingQueue([("a", a), (UNFUSED, space.params_for([False] * len(space.blocks)))])
-    worker = ScriptedWorker([result(0.5), result(0.6), result(1.0)])
-    objective = make_objective(space, worker, ObjectiveRules(CHUNKS, 60.0), TARGETS, None)
-    study = optuna.create_study(direction="minimize", pruner=ClearlyWorsePruner())
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    queue.top_up(study)
-    study.enqueue_trial(b, user_attrs={TrialAttr.ANCHOR: "other worker's"})
-
-    search(study, objective, Effort(1, CHUNKS, None, 0), starting=queue)  # --trials 1
-    assert anchors(study) == ["a", "other worker's", UNFUSED]
-    assert [TrialAttr.PAST_BUDGET in t.user_attrs for t in study.trials] == [False, True, True]
-
-
-def test_nothing_more_runs_once_another_worker_began_the_unfused_plan(space: SearchSpace) -> None:
-    a, b, c = distinct(space)
+def with_another_workers_point(space: SearchSpace) -> tuple[optuna.Study, Callable[[optuna.Trial], float],
+                                                               StartingQueue]:
+    """A study whose next starting point is "a", with another worker's point queued after it;
+    the unfused plan is this worker's next point."""
+    a, b, _ = distinct(space)
     queue = StartingQueue([("a", a), (UNFUSED, space.params_for([False] * len(space.blocks)))])
     worker = ScriptedWorker([result(0.5), result(0.6), result(0.7)])
     objective = make_objective(space, worker, ObjectiveRules(CHUNKS, 60.0), TARGETS, None)
@@ -65,6 +53,20 @@ def test_nothing_more_runs_once_another_worker_began_the_unfused_plan(space: Sea
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     queue.top_up(study)
     study.enqueue_trial(b, user_attrs={TrialAttr.ANCHOR: "other worker's"})
+    return study, objective, queue
+
+
+def test_with_many_workers_what_runs_ahead_of_unfused_is_past_the_budget_too(space: SearchSpace) -> None:
+    """Another worker's queued starting point waits before the unfused plan: it runs here, past
+    this worker's budget (CI once counted 13 trials that 3 workers × --trials 4 paid for)."""
+    study, objective, queue = with_another_workers_point(space)
+    search(study, objective, Effort(1, CHUNKS, None, 0), starting=queue)  # --trials 1
+    assert anchors(study) == ["a", "other worker's", UNFUSED]
+    assert [TrialAttr.PAST_BUDGET in t.user_attrs for t in study.trials] == [False, True, True]
+
+
+def test_nothing_more_runs_once_another_worker_began_the_unfused_plan(space: SearchSpace) -> None:
+    study, objective, queue = with_another_workers_point(space)
 
     def other_worker_takes_unfused(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if trial.user_attrs.get(TrialAttr.ANCHOR) == "other worker's":
