@@ -54,13 +54,17 @@ def check_syntax(path: Path) -> None:
     before a worker starts (seconds: it imports torch) and before the study is created."""
     try:
         compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
-    except SyntaxError as exc:
+    except (SyntaxError, ValueError) as exc:  # ValueError: null bytes, on some Python versions
         raise ModelFileError(syntax_error_message(exc, path)) from exc
 
 
-def syntax_error_message(exc: SyntaxError, path: Path) -> str:
-    """``file:line: syntax error: ...``, naming the file at fault (the model file, or a module it imports)."""
-    return f"{exc.filename or path}:{exc.lineno}: syntax error: {exc.msg}"
+def syntax_error_message(exc: SyntaxError | ValueError, path: Path) -> str:
+    """``file:line: syntax error: ...``, naming the file at fault (the model file, or a module
+    it imports); no line where Python gives none (a null byte)."""
+    if not isinstance(exc, SyntaxError):
+        return f"{path}: syntax error: {exc}"
+    where = f"{exc.filename or path}" + (f":{exc.lineno}" if exc.lineno else "")
+    return f"{where}: syntax error: {exc.msg}"
 
 
 def load_model_file(path: str | Path) -> ModelSource:

@@ -40,6 +40,9 @@ def test_a_syntax_error_is_found_without_running_the_file_and_names_the_file_at_
     model.write_text("def build_model(:\n    pass\n")
     with pytest.raises(ModelFileError, match=r"model\.py:1: syntax error"):
         check_syntax(model)
+    model.write_bytes(b"x = 1\0\n")
+    with pytest.raises(ModelFileError, match=r"model\.py: syntax error: .*null bytes"):
+        check_syntax(model)
 
 
 def test_build_raising_is_reported(test_models: Path) -> None:
