@@ -23,7 +23,7 @@ _STATUS = {  # history: how each kind of trial is drawn
     "yardstick": {"symbol": "star-open", "color": "#2ca02c", "name": "one shape's yardstick (never the best)"},
     "failed": {"symbol": "triangle-down", "color": "#d62728", "name": "failed (hang, crash, error)"},
     "pruned": {"symbol": "diamond-open", "color": "#7f7f7f", "name": "pruned (clearly slower; partly measured)"},
-    "skipped": {"symbol": "line-ew-open", "color": "#9467bd", "name": "skipped (never compiled: probe, scope cap, or measured now elsewhere)"},
+    "skipped": {"symbol": "line-ew-open", "color": "#9467bd", "name": "skipped (never compiled: probe or scope cap)"},
 }
 _AT_TOP = ("failed", "skipped")  # no ratio: drawn above the others, the reason on hover
 

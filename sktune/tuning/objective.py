@@ -19,7 +19,6 @@ takes an earlier trial's outcome.
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,14 +31,15 @@ from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.dcci_seed import enqueue_dcci_seed
 from sktune.pipe.protocol import TrialRequest, TrialWorker, WorkerFailure
 from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
-from sktune.tuning.reuse import MeasuredPlans, in_flight, take_outcome
+from sktune.tuning.reuse import MeasuredPlans, take_outcome, wait_for_twin
 from sktune.tuning.sampler import hopeless_filter
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing
 from sktune.tuning.storage import worker_tag
 from sktune.tuning.trial_notes import note_result
 from sktune.tuning.trial_writer import (mark_pruned, mark_skipped, record_compiled, record_diagnosis,
                                         record_failing_range, record_mismatches, record_overhead, record_plan,
-                                        record_shapes, record_worker, write_failure, write_result, write_timing)
+                                        record_shapes, record_waited_for, record_worker, write_failure, write_result,
+                                        write_timing)
 
 DEVICE_LOG_HINT = "per-core op progress is in the device log (ASCEND_PROCESS_LOG_PATH, else ~/ascend/log)"
 
@@ -102,13 +102,9 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             mark_skipped(trial, hopeless)
             raise optuna.TrialPruned(hopeless)
         # No plan is measured twice (tuning/reuse.py); an anchor is timed fully, never pruned.
+        if not yardstick:  # another worker measuring this plan now: its outcome, once it has one
+            record_waited_for(trial, wait_for_twin(trial.study, plan, trial.number, running_limit_s))
         earlier = None if yardstick else measured.find(trial.study, plan, pruned=not anchor)
-        busy = None if yardstick or earlier else in_flight(trial.study, plan, trial.number, datetime.now(),
-                                                           running_limit_s, anchors_only=bool(anchor))
-        if busy is not None:  # another worker's trial: its outcome will stand for this plan
-            reason = f"trial {busy.number} is measuring the same plan now (another worker)"
-            mark_skipped(trial, reason)
-            raise optuna.TrialPruned(reason)
         record_compiled(trial, earlier is None)
         if earlier is not None:
             state = take_outcome(trial, earlier)

@@ -50,6 +50,7 @@ class TrialAttr:
     STATIC_COMPILE = "static_compile"  # npu: static-kernel compile seconds, uncached_s, emulated (all shapes)
     COMPILED = "compiled"  # whether its plan went to the worker (False: skipped or reused: no device cost)
     REUSED_FROM = "reused_from"  # the earlier trial of the same plan whose outcome it took (tuning/reuse.py)
+    WAITED_FOR = "waited_for"  # another worker's trial of the same plan, measured while this one waited (reuse.py)
     PROPOSED = "proposed"  # how the sampler chose a sampled trial: "local: <move>", "tpe", "random" (sampler.py)
     YARDSTICK = "yardstick"  # the one shape a yardstick was measured at (tuning/yardsticks.py): never the best
     PROBE_EXACT_AT = "probe_exact_at"  # a yardstick's shapes whose probe answers do not call its plan hopeless

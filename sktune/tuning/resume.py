@@ -40,8 +40,8 @@ class StartingQueue:
     from the study (a plan already queued, run or sampled there counts as done, as
     ``enqueue_trial(skip_if_exists=True)`` would say), not kept here: a resumed run and many
     workers on one storage continue the same list. Two workers topping up at the same moment
-    may queue one plan twice; the second is skipped while the first runs, or takes its
-    outcome once it has finished, without a compile (``reuse.py``). A worker that finds the
+    may queue one plan twice; the second waits while the first runs, then takes its
+    outcome without a compile (``reuse.py``). A worker that finds the
     queue empty while another tops it up asks the sampler for that trial.
     """
 

@@ -5,8 +5,9 @@ minutes).
 Plans match on their JSON (``TrialAttr.PLAN``: scopes and options after every override).
 The earlier trial is looked up in the study's own stored trials, so the rule holds across
 resumed runs and across workers sharing one storage. Only finished trials give their
-outcome. A plan that another worker is measuring right now (an earlier trial, RUNNING) is
-skipped instead (``in_flight``): workers that start together queue the same first plan.
+outcome: a trial whose plan another worker is measuring right now (an earlier trial,
+RUNNING) waits for it first (``wait_for_twin``): workers that start together queue the
+same first plan.
 
 What is taken, by the earlier trial's state:
 
@@ -34,6 +35,7 @@ at one shape only: it neither gives its outcome nor takes another's.
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 
 import optuna
@@ -83,22 +85,21 @@ class MeasuredPlans:
         return None
 
 
-def in_flight(study: optuna.Study, plan: Plan, number: int, now: datetime, limit_s: float,
-              anchors_only: bool = False) -> FrozenTrial | None:
-    """An earlier trial (lower number) measuring ``plan`` right now: another worker's.
-    ``anchors_only``: an anchor's (timed in full, as an anchor must be; a sampled one may be pruned).
+POLL_S = 2.0  # how often a trial waiting for its twin looks at the study
 
-    Workers that start together top up the starting queue at the same moment and may queue
-    one plan twice (``resume.StartingQueue``); the later trial is skipped, not measured
-    again. A trial RUNNING for over ``limit_s`` is taken for dead (its worker killed on
-    another host: ``storage.fail_orphaned_trials`` fails only this host's), so its plan runs.
-    The two may still both run when the earlier has not yet recorded its plan.
-    """
+
+def pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def in_flight(study: optuna.Study, plan: Plan, number: int, now: datetime, limit_s: float) -> FrozenTrial | None:
+    """An earlier trial (lower number) measuring ``plan`` right now: another worker's.
+
+    A trial RUNNING for over ``limit_s`` is taken for dead (its worker killed on another
+    host: ``storage.fail_orphaned_trials`` fails only this host's)."""
     key = plan.dumps()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if trial.number >= number or TrialAttr.PLAN not in trial.user_attrs or skipped(trial):
-            continue
-        if anchors_only and TrialAttr.ANCHOR not in trial.user_attrs:
             continue
         started = trial.datetime_start
         if started is None or (now - started).total_seconds() > limit_s:
@@ -106,6 +107,24 @@ def in_flight(study: optuna.Study, plan: Plan, number: int, now: datetime, limit
         if json.dumps(trial.user_attrs[TrialAttr.PLAN], sort_keys=True) == key:
             return trial
     return None
+
+
+def wait_for_twin(study: optuna.Study, plan: Plan, number: int, limit_s: float) -> int | None:
+    """Wait while another worker's earlier trial measures ``plan``; the number of the last
+    trial waited for, or None.
+
+    Workers that start together top up the starting queue at the same moment and may queue
+    one plan twice (``resume.StartingQueue``). The later trial waits, then takes the
+    earlier's outcome (``MeasuredPlans.find``) instead of measuring the plan again; if that
+    trial was interrupted, it measures the plan itself. Waiting ends ``limit_s`` after the
+    earlier trial started at most. Both may still measure when the earlier has not yet
+    recorded its plan.
+    """
+    waited = None
+    while (twin := in_flight(study, plan, number, datetime.now(), limit_s)) is not None:
+        waited = twin.number
+        pause(POLL_S)
+    return waited
 
 
 def take_outcome(trial: optuna.Trial, earlier: FrozenTrial) -> TrialState:

@@ -51,10 +51,15 @@ def record_proposed(study: optuna.Study, trial: FrozenTrial, how: str) -> None:
 
 
 def mark_skipped(trial: optuna.Trial, reason: str) -> None:
-    """Not compiled: refused (scope cap), hopeless (exactness probe), or measured now by
-    another worker's trial (``reuse.in_flight``)."""
+    """Not compiled: refused (scope cap) or hopeless (exactness probe)."""
     trial.set_user_attr(TrialAttr.COMPILED, False)
     trial.set_user_attr(TrialAttr.SKIPPED, f"skipped: {reason}")
+
+
+def record_waited_for(trial: optuna.Trial, number: int | None) -> None:
+    """The other worker's trial of the same plan that this one waited for (``reuse.wait_for_twin``)."""
+    if number is not None:
+        trial.set_user_attr(TrialAttr.WAITED_FOR, number)
 
 
 def record_compiled(trial: optuna.Trial, compiled: bool) -> None:

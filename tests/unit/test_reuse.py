@@ -153,34 +153,69 @@ def test_the_replay_worker_counts_compiles_and_measurements(space: SearchSpace) 
 
 
 
-def test_a_plan_another_worker_is_measuring_now_is_skipped_unless_that_trial_is_stale(space: SearchSpace) -> None:
-    """Workers that start together queue the same first plan: the later trial is skipped."""
+def test_a_plan_another_worker_is_measuring_now_waits_for_it_and_takes_its_outcome(
+        space: SearchSpace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers that start together queue the same first plan: the later trial is not measured."""
     from datetime import datetime, timedelta
 
-    from sktune.tuning.reuse import in_flight
+    import sktune.tuning.reuse as reuse
 
     params, other, _ = distinct(space)
     plan = space.decode(params)
     study = optuna.create_study(direction="minimize")
-    running = {TrialAttr.PLAN: plan.to_json(), TrialAttr.ANCHOR: "fuse-all+fallbacks"}
-    study.add_trial(optuna.trial.create_trial(state=State.RUNNING, user_attrs=running))  # another worker's
+    twin = study.ask()  # another worker's trial of the plan, RUNNING
+    twin.set_user_attr(TrialAttr.PLAN, plan.to_json())
+    twin.set_user_attr(TrialAttr.ANCHOR, "fuse-all+fallbacks")
     study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: "fuse-all+fallbacks"})
     study.enqueue_trial(other)
+    waits: list[float] = []
+
+    def other_worker_finishes(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:
+            twin.set_user_attr(TrialAttr.TIMING, {"ratio": 0.4})
+            study.tell(twin, 0.4)
+
+    monkeypatch.setattr(reuse, "pause", other_worker_finishes)
     worker = ScriptedWorker([result(0.7)])
     objective = make_objective(space, worker, ObjectiveRules(CHUNKS, 60.0), TARGETS, None)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    search(study, objective, Effort(1, CHUNKS, None, 0))  # a skip does not use up the budget
-    _, twin, measured = study.trials
-    assert twin.state == State.PRUNED and twin.user_attrs[TrialAttr.COMPILED] is False
-    assert "trial 0 is measuring the same plan now" in twin.user_attrs[TrialAttr.SKIPPED]
-    assert measured.state == State.COMPLETE and runs(worker) == 1
-    assert worker.calls[0][1].plan == space.decode(other)
+    search(study, objective, Effort(1, CHUNKS, None, 0))  # a reused trial does not use up the budget
+    _, waited, measured = study.trials
+    assert len(waits) == 2 and waited.user_attrs[TrialAttr.WAITED_FOR] == 0
+    assert waited.state == State.COMPLETE and waited.value == pytest.approx(0.4)
+    assert waited.user_attrs[TrialAttr.REUSED_FROM] == 0 and waited.user_attrs[TrialAttr.COMPILED] is False
+    assert runs(worker) == 1 and worker.calls[0][1].plan == space.decode(other)
+    assert TrialAttr.WAITED_FOR not in measured.user_attrs
 
-    later = datetime.now() + timedelta(seconds=3600)  # an hour on: its worker is taken for dead
-    assert in_flight(study, plan, 5, datetime.now(), 600.0) is not None
-    assert in_flight(study, plan, 5, later, 600.0) is None
-    assert in_flight(study, plan, 0, datetime.now(), 600.0) is None  # only an earlier trial counts
-    sampled = optuna.create_study()
-    sampled.add_trial(optuna.trial.create_trial(state=State.RUNNING, user_attrs={TrialAttr.PLAN: plan.to_json()}))
-    assert in_flight(sampled, plan, 5, datetime.now(), 600.0, anchors_only=True) is None  # may be pruned
-    assert in_flight(sampled, plan, 5, datetime.now(), 600.0) is not None
+    running = optuna.create_study()
+    late = running.ask()
+    late.set_user_attr(TrialAttr.PLAN, plan.to_json())
+    assert reuse.in_flight(running, plan, 5, datetime.now(), 600.0) is not None
+    assert reuse.in_flight(running, plan, 5, datetime.now() + timedelta(hours=1), 600.0) is None  # taken for dead
+    assert reuse.in_flight(running, plan, 0, datetime.now(), 600.0) is None  # only an earlier trial counts
+    assert reuse.in_flight(running, space.decode(other), 5, datetime.now(), 600.0) is None
+
+
+def test_a_trial_waiting_for_an_interrupted_twin_measures_the_plan(space: SearchSpace,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import sktune.tuning.reuse as reuse
+
+    params, _, _ = distinct(space)
+    study = optuna.create_study(direction="minimize")
+    twin = study.ask()
+    twin.set_user_attr(TrialAttr.PLAN, space.decode(params).to_json())
+    study.enqueue_trial(params)
+
+    def other_worker_is_killed(seconds: float) -> None:
+        twin.set_user_attr(TrialAttr.FAILURE, "interrupted: its sktune process was killed")
+        study.tell(twin, state=State.FAIL)
+
+    monkeypatch.setattr(reuse, "pause", other_worker_is_killed)
+    worker = ScriptedWorker([result(0.7)])
+    objective = make_objective(space, worker, ObjectiveRules(CHUNKS, 60.0), TARGETS, None)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study.optimize(objective, n_trials=1)
+    waited = study.trials[1]
+    assert waited.user_attrs[TrialAttr.WAITED_FOR] == 0 and runs(worker) == 1
+    assert waited.state == State.COMPLETE and TrialAttr.REUSED_FROM not in waited.user_attrs
