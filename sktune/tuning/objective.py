@@ -102,9 +102,10 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             mark_skipped(trial, hopeless)
             raise optuna.TrialPruned(hopeless)
         # No plan is measured twice (tuning/reuse.py); an anchor is timed fully, never pruned.
+        earlier = None
         if not yardstick:  # another worker measuring this plan now: its outcome, once it has one
             record_waited_for(trial, wait_for_twin(trial.study, plan, trial.number, running_limit_s))
-        earlier = None if yardstick else measured.find(trial.study, plan, pruned=not anchor)
+            earlier = measured.find(trial.study, plan, pruned=not anchor)
         record_compiled(trial, earlier is None)
         if earlier is not None:
             state = take_outcome(trial, earlier)

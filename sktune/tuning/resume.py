@@ -41,8 +41,8 @@ class StartingQueue:
     ``enqueue_trial(skip_if_exists=True)`` would say), not kept here: a resumed run and many
     workers on one storage continue the same list. Two workers topping up at the same moment
     may queue one plan twice; the second waits while the first runs, then takes its
-    outcome without a compile (``reuse.py``). A worker that finds the
-    queue empty while another tops it up asks the sampler for that trial.
+    outcome without a compile (``reuse.py``). A worker that finds the queue empty while
+    another tops it up asks the sampler for that trial.
     """
 
     def __init__(self, points: Sequence[Named]) -> None:

@@ -65,6 +65,11 @@ def reusable(trial: FrozenTrial) -> bool:
     return trial.state == TrialState.COMPLETE and trial.value is not None
 
 
+def plan_key(trial: FrozenTrial) -> str:
+    """The trial's plan as ``Plan.dumps`` writes it: equal keys, equal plans."""
+    return json.dumps(trial.user_attrs[TrialAttr.PLAN], sort_keys=True)
+
+
 class MeasuredPlans:
     """The study's reusable trials by plan. One per objective, hence per study: each
     finished trial's key is computed once (a finished trial does not change)."""
@@ -78,8 +83,7 @@ class MeasuredPlans:
         key = plan.dumps()
         for trial in study.get_trials(deepcopy=False, states=FINISHED if pruned else NOT_PRUNED):
             if trial.number not in self._keys:
-                self._keys[trial.number] = (json.dumps(trial.user_attrs[TrialAttr.PLAN], sort_keys=True)
-                                            if reusable(trial) else None)
+                self._keys[trial.number] = plan_key(trial) if reusable(trial) else None
             if self._keys[trial.number] == key:
                 return trial
         return None
@@ -104,7 +108,7 @@ def in_flight(study: optuna.Study, plan: Plan, number: int, now: datetime, limit
         started = trial.datetime_start
         if started is None or (now - started).total_seconds() > limit_s:
             continue
-        if json.dumps(trial.user_attrs[TrialAttr.PLAN], sort_keys=True) == key:
+        if plan_key(trial) == key:
             return trial
     return None
 

@@ -152,7 +152,6 @@ def test_the_replay_worker_counts_compiles_and_measurements(space: SearchSpace) 
     assert rows["compiles_to_target_median"] == 3 and rows["measurements_to_target_median"] == 2
 
 
-
 def test_a_plan_another_worker_is_measuring_now_waits_for_it_and_takes_its_outcome(
         space: SearchSpace, monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers that start together queue the same first plan: the later trial is not measured."""
