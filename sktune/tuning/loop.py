@@ -21,7 +21,7 @@ from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.space.search_space import UNFUSED
 from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
 from sktune.tuning.refine import refine_best
-from sktune.tuning.resume import StartingQueue, open_study, prepare
+from sktune.tuning.resume import StartingQueue, open_study, prepare, wait_for_creator
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
@@ -105,7 +105,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     # only tear through the progress display.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     backend = get_backend(settings.backend)  # e.g. no torch-npu: fail before starting a worker
-    study = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
+    study, created = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
     config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
                            threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
                            probe_cache=probe_cache, shapes=settings.shapes,
@@ -113,7 +113,10 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                            compile_helper=settings.compile_helper,
                            prefetch_fuse_all=settings.compile_helper and not ran_anchor(study, FUSE_ALL))
     with SupervisedWorker(config, str(cache_dir)) as worker:
-        workload = reuse_space_inputs(study, worker.start())
+        started = worker.start()
+        if not created:  # started with its creator? Then the creator's profile and probe answers
+            wait_for_creator(study, sum((started.startup_s or {}).values()))
+        workload = reuse_space_inputs(study, started)
         space = space_from_workload(workload)
         warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, workload, space,
                           settings.study) if settings.warm_start else []

@@ -62,6 +62,7 @@ class StudyAttr:
 
     FINGERPRINT = "fingerprint"
     SPACE = "space"  # the search space's signature; written last (the study is prepared)
+    CREATOR = "creator"  # the worker that created the study ({host, pid, at}): it prepares the study
     THREADS = "threads"
     INPUT_SETS = "input_sets"
     BACKEND = "backend"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from sktune.tuning.budget import ClearlyWorsePruner
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
-from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url
+from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url, may_be_alive, worker_tag
 from sktune.pipe.workload import Workload
 
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
@@ -68,20 +69,59 @@ class StartingQueue:
         self.top_up(study)
 
 
-def open_study(name: str, storage: str, seed: int | None) -> optuna.Study:
-    """Create the study or load it to resume; a bad storage URL is a user error."""
-    sampler = make_sampler(seed)
+def open_study(name: str, storage: str, seed: int | None) -> tuple[optuna.Study, bool]:
+    """Create the study or load it to resume, and whether this call created it; a bad
+    storage URL is a user error. The creator says so in the study (``StudyAttr.CREATOR``):
+    workers started with it wait for it to prepare the study (``wait_for_creator``)."""
+    sampler, pruner = make_sampler(seed), ClearlyWorsePruner()
     backend = make_storage(storage)
     try:
-        study = optuna.create_study(
-            study_name=name, storage=backend, direction="minimize", sampler=sampler, load_if_exists=True,
-            pruner=ClearlyWorsePruner(),
-        )
+        try:  # the storage lets one creator through (a unique name), whichever storage it is
+            study = optuna.create_study(study_name=name, storage=backend, direction="minimize",
+                                        sampler=sampler, pruner=pruner)
+            created = True
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=name, storage=backend, sampler=sampler, pruner=pruner)
+            created = False
     except Exception as exc:
         message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
         raise SktuneError(f"cannot open study {name!r} in {mask_url(storage)}: {message}") from None
+    if created:
+        study.set_user_attr(StudyAttr.CREATOR, {**worker_tag(), "at": time.time()})
     fail_orphaned_trials(study, backend)
-    return study
+    return study, created
+
+
+PREPARE_POLL_S = 1.0  # how often a worker waiting for the study's creator looks at the study
+# A creator started with this worker prepares the study about when this worker is started:
+# its start-up takes about as long. More than the slack plus 3× this worker's: taken for gone.
+CREATOR_SLACK_S = 120.0
+
+
+def pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def wait_for_creator(study: optuna.Study, own_startup_s: float) -> bool:
+    """Wait until the study is prepared (``prepare`` wrote its space); whether it is.
+
+    Workers started together each measure their own op profile and probe answers, and
+    profiles differ by noise. Each one used to record its own as the study's, attribute by
+    attribute, so the stored profile could be one worker's and the space another's, and
+    the workers searched spaces that differed. Now only the creator records them; a
+    worker that loaded the study waits for them and takes them (``reuse_space_inputs``).
+    It does not wait for a creator that is gone from this host, or that created the study
+    too long ago for a start-up like this worker's (``own_startup_s``; killed on another
+    host, or a study left unprepared by a model that did not load): then it prepares the
+    study itself, as the creator would have.
+    """
+    patience_s = CREATOR_SLACK_S + 3 * own_startup_s
+    while StudyAttr.SPACE not in study.user_attrs:
+        creator = study.user_attrs.get(StudyAttr.CREATOR)
+        if not creator or time.time() - creator["at"] > patience_s or not may_be_alive(creator):
+            return False
+        pause(PREPARE_POLL_S)
+    return True
 
 
 def fingerprint(workload: Workload) -> dict[str, Any]:

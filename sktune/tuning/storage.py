@@ -89,14 +89,20 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def may_be_alive(tag: dict[str, Any]) -> bool:
+    """Whether the process a ``worker_tag`` names may still run: False only for a process of
+    this host that is gone (another host's processes cannot be looked at from here)."""
+    return tag.get("host") != socket.gethostname() or _alive(int(tag.get("pid", 0)))
+
+
 def fail_orphaned_trials(study: optuna.Study, storage: BaseStorage) -> list[int]:
     """Mark FAIL the RUNNING trials whose process on this host no longer exists
     (``storage``: the one the study was opened on)."""
-    host, failed = socket.gethostname(), []
+    failed: list[int] = []
     study_id = storage.get_study_id_from_name(study.study_name)
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         tag = trial.user_attrs.get(TrialAttr.WORKER)
-        if not tag or tag.get("host") != host or _alive(int(tag["pid"])) or tag.get("pid") == os.getpid():
+        if not tag or may_be_alive(tag) or tag.get("pid") == os.getpid():
             continue
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         mark_interrupted(storage, trial_id)

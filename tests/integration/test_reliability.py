@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.storages.journal._storage import JournalOperation  # the log's op codes
 
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.refine import REFINED
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -161,6 +163,18 @@ def test_many_workers_one_study(tmp_path: Path, kind: str, request: pytest.Fixtu
     assert len(pids) == 3, "every worker ran trials"
     bests = {optuna.load_study(study_name="w", storage=optuna_storage).best_trial.number for _ in range(2)}
     assert len(bests) == 1
+    if kind == "journal":  # the log names who wrote what: one worker prepared the study, its creator
+        assert study_attr_writers(tmp_path / "study.log", StudyAttr.OP_PROFILE, StudyAttr.SPACE) == \
+            study_attr_writers(tmp_path / "study.log", StudyAttr.CREATOR)
+
+
+def study_attr_writers(log: Path, *keys: str) -> set[str]:
+    """The journal's writers (one per process) of the study attributes ``keys``."""
+    ops = [json.loads(line) for line in log.read_text().splitlines()]
+    writers = {op["worker_id"] for op in ops if op.get("op_code") == JournalOperation.SET_STUDY_USER_ATTR
+               and set(op["user_attr"]) & set(keys)}
+    assert writers, keys
+    return writers
 
 
 def test_workers_creating_a_fresh_postgres_storage_at_once(postgres_url: str) -> None:

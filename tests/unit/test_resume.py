@@ -6,6 +6,12 @@ objectives: no compile, no worker."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -15,9 +21,11 @@ from sktune.errors import SktuneError
 from sktune.graph.opgraph import Op
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.records import StudyAttr, TrialAttr
-from sktune.tuning.resume import StartingQueue, fingerprint, prepare
+from sktune.measure.op_profile import OpProfile
+from sktune.tuning import resume
+from sktune.tuning.resume import StartingQueue, fingerprint, open_study, prepare, wait_for_creator
 from sktune.tuning.sampler import make_sampler
-from sktune.tuning.space_setup import space_from_workload, starting_points
+from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload, starting_points
 from sktune.pipe.workload import Workload
 from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, TARGETS
 
@@ -171,3 +179,55 @@ def test_a_different_space_is_refused(space: SearchSpace) -> None:
     narrower = space_from_workload(describe(), options=["max_fusion_size"])
     with pytest.raises(SktuneError, match="different graph or search space"):
         prepare(study, describe(), narrower, Path("m.py"), SETTINGS)
+
+
+def profiled(scale: float) -> Workload:
+    """describe() with its own op profile: workers started together measure their own."""
+    profile = OpProfile(tuple(scale * (1.0 + k % 3) for k in range(len(TARGETS))), tuple(0.5 for _ in TARGETS))
+    return replace(describe(), op_profile=profile)
+
+
+def test_only_the_creator_prepares_the_study_and_a_worker_started_with_it_takes_its_space_inputs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"journal:{tmp_path}/s.log"
+    first, created = open_study("s", url, 0)
+    second, loaded = open_study("s", url, 1)
+    assert (created, loaded) == (True, False)
+    assert first.user_attrs[StudyAttr.CREATOR]["pid"] == os.getpid()
+    mine, theirs = profiled(2.0), profiled(1.0)  # noise: each worker's own profile differs
+
+    def creator_prepares_meanwhile(seconds: float) -> None:  # the creator's start-up ends while this one waits
+        waits.append(seconds)
+        if len(waits) == 2:
+            prepare(first, theirs, space_from_workload(theirs), Path("m.py"), SETTINGS)
+
+    waits: list[float] = []
+    monkeypatch.setattr(resume, "pause", creator_prepares_meanwhile)
+    assert wait_for_creator(second, own_startup_s=5.0)
+    assert len(waits) == 2  # it waited until the study was prepared, no longer
+    workload = reuse_space_inputs(second, mine)
+    assert workload.op_profile == theirs.op_profile
+    prepare(second, workload, space_from_workload(workload), Path("m.py"), SETTINGS)  # the same space: resumes
+    assert StudyAttr.CREATOR in second.user_attrs and second.user_attrs[StudyAttr.SPACE] == \
+        space_from_workload(theirs).signature()
+
+
+def test_a_creator_gone_from_this_host_or_too_long_ago_is_not_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    study, _ = open_study("s", f"journal:{tmp_path}/s.log", 0)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    waits: list[float] = []
+    monkeypatch.setattr(resume, "pause", waits.append)
+    study.set_user_attr(StudyAttr.CREATOR, {"host": socket.gethostname(), "pid": int(gone.stdout), "at": time.time()})
+    assert not wait_for_creator(study, own_startup_s=5.0)
+    study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time() - 3600})
+    assert not wait_for_creator(study, own_startup_s=5.0)
+    assert waits == []  # neither was waited for: the worker prepares the study itself
+    study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time() - 60})
+
+    def stop(seconds: float) -> None:
+        raise TimeoutError
+
+    monkeypatch.setattr(resume, "pause", stop)
+    with pytest.raises(TimeoutError):  # started a minute ago on another host: may be starting still
+        wait_for_creator(study, own_startup_s=5.0)
