@@ -8,10 +8,12 @@ the search (the culprit's repair, ``dcci_seed.py``) runs next instead of behind 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url, may_be_alive, worker_tag
 from sktune.pipe.workload import Workload
+
+log = logging.getLogger(__name__)
 
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
 Named = tuple[str, dict[str, Any]]  # (anchor name, parameters)
@@ -116,12 +120,40 @@ def wait_for_creator(study: optuna.Study, own_startup_s: float) -> bool:
     study itself, as the creator would have.
     """
     patience_s = CREATOR_SLACK_S + 3 * own_startup_s
-    while StudyAttr.SPACE not in study.user_attrs:
-        creator = study.user_attrs.get(StudyAttr.CREATOR)
+    while StudyAttr.SPACE not in (attrs := _user_attrs(study)):
+        creator = attrs.get(StudyAttr.CREATOR)
         if not creator or time.time() - creator["at"] > patience_s or not may_be_alive(creator):
             return False
         pause(PREPARE_POLL_S)
     return True
+
+
+def _user_attrs(study: optuna.Study) -> dict[str, Any]:
+    try:
+        return study.user_attrs
+    except KeyError:  # the storages' answer for a study that is gone
+        raise SktuneError(f"study {study.study_name!r} was deleted while this run waited for the run that "
+                          "created it, which failed before it began (its output says why)") from None
+
+
+@contextlib.contextmanager
+def dropped_unless_prepared(study: optuna.Study, created: bool, storage: str) -> Iterator[None]:
+    """Delete the study this run created if the run fails (or is stopped) before preparing it.
+
+    Such a study holds nothing (no space, no trial), yet it was listed among the storage's
+    studies and ``sktune report`` wrote an empty report of it: a model file whose
+    ``build_model`` raised, say, left one behind. A worker that was waiting for it
+    (``wait_for_creator``) says so and stops.
+    """
+    try:
+        yield
+    except BaseException:
+        if created and StudyAttr.SPACE not in study.user_attrs and not study.get_trials(deepcopy=False):
+            try:
+                optuna.delete_study(study_name=study.study_name, storage=make_storage(storage))
+            except Exception as exc:  # the run's own error is the one to show
+                log.warning("could not delete the empty study %r: %s", study.study_name, exc)
+        raise
 
 
 def fingerprint(workload: Workload) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 
@@ -63,6 +64,8 @@ def test_user_errors_are_one_message(test_models: Path, tmp_path: Path, model: s
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
     if model == "syntax_error.py":  # a typo leaves no empty study behind to resume
         assert not (tmp_path / "s.db").exists()
+    elif command == "run" and model != "missing.py":  # the worker failed: the study it created is gone
+        assert optuna.get_all_study_names(f"sqlite:///{tmp_path}/s.db") == []
 
 
 @pytest.mark.slow  # 17-20 s: keeps the default run under 10 minutes on 2 cores (CI runs it)

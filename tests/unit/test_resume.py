@@ -23,9 +23,11 @@ from sktune.space.search_space import SearchSpace
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.measure.op_profile import OpProfile
 from sktune.tuning import resume
-from sktune.tuning.resume import StartingQueue, fingerprint, open_study, prepare, wait_for_creator
+from sktune.tuning.resume import (StartingQueue, dropped_unless_prepared, fingerprint, open_study, prepare,
+                                  wait_for_creator)
 from sktune.tuning.sampler import make_sampler
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload, starting_points
+from sktune.tuning.storage import make_storage
 from sktune.pipe.workload import Workload
 from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, TARGETS
 
@@ -231,3 +233,24 @@ def test_a_creator_gone_from_this_host_or_too_long_ago_is_not_waited_for(
     monkeypatch.setattr(resume, "pause", stop)
     with pytest.raises(TimeoutError):  # started a minute ago on another host: may be starting still
         wait_for_creator(study, own_startup_s=5.0)
+
+
+def test_a_study_whose_creator_failed_before_preparing_it_is_deleted_and_its_waiter_says_so(
+        tmp_path: Path, space: SearchSpace) -> None:
+    url = f"journal:{tmp_path}/s.log"
+    study, created = open_study("s", url, 0)
+    waiter, _ = open_study("s", url, 1)
+    with pytest.raises(SktuneError), dropped_unless_prepared(study, created, url):
+        raise SktuneError("build_model() raised")  # the model did not load in the worker
+    assert optuna.get_all_study_names(make_storage(url)) == []
+    with pytest.raises(SktuneError, match="was deleted while this run waited"):
+        wait_for_creator(waiter, own_startup_s=5.0)
+    # Kept: a study this run only loaded, and one that was prepared before the failure.
+    kept, created = open_study("k", url, 0)
+    loaded, again = open_study("k", url, 1)
+    with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(loaded, again, url):
+        raise KeyboardInterrupt
+    with pytest.raises(SktuneError), dropped_unless_prepared(kept, created, url):
+        prepare(kept, describe(), space, Path("m.py"), SETTINGS)
+        raise SktuneError("a trial failed")
+    assert optuna.get_all_study_names(make_storage(url)) == ["k"]
