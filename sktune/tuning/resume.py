@@ -148,12 +148,17 @@ def dropped_unless_prepared(study: optuna.Study, created: bool, storage: str) ->
     try:
         yield
     except BaseException:
-        if created and StudyAttr.SPACE not in study.user_attrs and not study.get_trials(deepcopy=False):
-            try:
-                optuna.delete_study(study_name=study.study_name, storage=make_storage(storage))
-            except Exception as exc:  # the run's own error is the one to show
-                log.warning("could not delete the empty study %r: %s", study.study_name, exc)
+        if created:
+            _delete_if_empty(study, storage)
         raise
+
+
+def _delete_if_empty(study: optuna.Study, storage: str) -> None:
+    try:
+        if StudyAttr.SPACE not in study.user_attrs and not study.get_trials(deepcopy=False):
+            optuna.delete_study(study_name=study.study_name, storage=make_storage(storage))
+    except Exception as exc:  # e.g. the storage went down: the run's own error is the one to show
+        log.warning("could not delete the empty study %r: %s", study.study_name, mask_url(str(exc)))
 
 
 def fingerprint(workload: Workload) -> dict[str, Any]:
