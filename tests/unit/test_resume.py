@@ -1,8 +1,9 @@
 """resume.py on its own (issue 25): a new study records what it tunes and queues one
 starting point; the rest are queued one at a time, after each trial, read from the study
 (so a resumed run and a second worker continue the same list); a trial queued during the
-search runs before the remaining starting points; a resumed study must match. Scripted
-objectives: no compile, no worker."""
+search runs before the remaining starting points; a resumed study must match; only the
+worker that created a study prepares it, and a run that fails before preparing the study
+it created deletes it. Scripted objectives: no compile, no worker."""
 
 from __future__ import annotations
 
@@ -197,13 +198,13 @@ def test_only_the_creator_prepares_the_study_and_a_worker_started_with_it_takes_
     assert (created, loaded) == (True, False)
     assert first.user_attrs[StudyAttr.CREATOR]["pid"] == os.getpid()
     mine, theirs = profiled(2.0), profiled(1.0)  # noise: each worker's own profile differs
+    waits: list[float] = []
 
     def creator_prepares_meanwhile(seconds: float) -> None:  # the creator's start-up ends while this one waits
         waits.append(seconds)
         if len(waits) == 2:
             prepare(first, theirs, space_from_workload(theirs), Path("m.py"), SETTINGS)
 
-    waits: list[float] = []
     monkeypatch.setattr(resume, "pause", creator_prepares_meanwhile)
     assert wait_for_creator(second, own_startup_s=5.0)
     assert len(waits) == 2  # it waited until the study was prepared, no longer
