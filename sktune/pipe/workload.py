@@ -91,10 +91,13 @@ class Workload:
     def shapes_json(self) -> dict[str, dict[str, Any]]:
         return {name: s.to_json() for name, s in self.shapes.items()}
 
-    def with_space_inputs(self, op_profile: dict[str, Any] | None, exactness: dict[str, Any] | None) -> "Workload":
-        """This workload with another op profile and probe answers (as stored: ``{}`` for none)."""
+    def with_space_inputs(self, op_profile: dict[str, Any] | None, exactness: dict[str, Any] | None,
+                          exactness_by_shape: dict[str, Any] | None = None) -> "Workload":
+        """This workload with another op profile and probe answers (as stored: ``{}`` for none;
+        ``exactness_by_shape`` None: this workload's own)."""
+        by_shape = self.exactness_by_shape if exactness_by_shape is None else dict(exactness_by_shape)
         return replace(self, op_profile=OpProfile.from_json(op_profile) if op_profile else None,
-                       exactness=dict(exactness or {}))
+                       exactness=dict(exactness or {}), exactness_by_shape=by_shape)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -21,7 +21,8 @@ from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.space.search_space import UNFUSED
 from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
 from sktune.tuning.refine import refine_best
-from sktune.tuning.resume import StartingQueue, dropped_unless_prepared, open_study, prepare, wait_for_creator
+from sktune.tuning.resume import (StartingQueue, dropped_unless_prepared, measures_space_inputs, open_study, prepare,
+                                  wait_for_creator)
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
@@ -111,11 +112,12 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                            probe_cache=probe_cache, shapes=settings.shapes,
                            capture_cache=str((settings.cache_root / "captures").resolve()),
                            compile_helper=settings.compile_helper,
-                           prefetch_fuse_all=settings.compile_helper and not ran_anchor(study, FUSE_ALL))
+                           prefetch_fuse_all=settings.compile_helper and not ran_anchor(study, FUSE_ALL),
+                           space_inputs=measures_space_inputs(study, created))
     with dropped_unless_prepared(study, created, settings.storage), SupervisedWorker(config, str(cache_dir)) as worker:
         started = worker.start()
-        if not created:  # started with its creator? Then the creator's profile and probe answers
-            wait_for_creator(study, sum((started.startup_s or {}).values()))
+        if not config["space_inputs"] and not wait_for_creator(study):
+            started = worker.restart_with(space_inputs=True)  # its creator is gone: this run prepares the study
         workload = reuse_space_inputs(study, started)
         space = space_from_workload(workload)
         warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, workload, space,

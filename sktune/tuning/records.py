@@ -70,6 +70,7 @@ class StudyAttr:
     OPS = "ops"
     OP_PROFILE = "op_profile"
     EXACTNESS = "exactness"
+    EXACTNESS_BY_SHAPE = "exactness_by_shape"  # a multi-shape study's probe answers at each shape (yardsticks)
     BOUNDARIES = "boundaries"
     ENVIRONMENT = "environment"
     STARTUP_S = "startup_s"

@@ -26,6 +26,7 @@ from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url, may_be_alive, worker_tag
+from sktune.tuning.supervisor import WORKER_START_TIMEOUT_S
 from sktune.pipe.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -97,35 +98,57 @@ def open_study(name: str, storage: str, seed: int | None) -> tuple[optuna.Study,
 
 
 PREPARE_POLL_S = 1.0  # how often a worker waiting for the study's creator looks at the study
-# A creator started with this worker prepares the study about when this worker is started:
-# its start-up takes about as long. More than the slack plus 3× this worker's: taken for gone.
+# The creator's worker has WORKER_START_TIMEOUT_S to start, or the creator fails and deletes
+# the study (``dropped_unless_prepared``); preparing takes seconds more. A creator silent for
+# longer was killed where this host cannot see it (another host), or its pid was reused.
 CREATOR_SLACK_S = 120.0
+CREATOR_PATIENCE_S = WORKER_START_TIMEOUT_S + CREATOR_SLACK_S
 
 
 def pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def wait_for_creator(study: optuna.Study, own_startup_s: float) -> bool:
+def measures_space_inputs(study: optuna.Study, created: bool) -> bool:
+    """Whether this run's worker measures the op profile and probe answers: only where it
+    will record them.
+
+    A prepared study holds them (a resumed run searches the space they gave), and a worker
+    started with the study's creator waits for the creator's (``wait_for_creator``). Each
+    used to measure its own and drop them: work done twice, beside the creator's own
+    probe compiles on the same cores (docs/measured.md, "Compile cost"). Measured: a
+    study created here, or one whose creator is not worth waiting for; and a multi-shape
+    study from before the per-shape answers were stored (its yardsticks need them).
+    """
+    attrs = _user_attrs(study)
+    if StudyAttr.SPACE in attrs:
+        return StudyAttr.SHAPES in attrs and StudyAttr.EXACTNESS_BY_SHAPE not in attrs
+    return created or not _awaited(attrs)
+
+
+def wait_for_creator(study: optuna.Study) -> bool:
     """Wait until the study is prepared (``prepare`` wrote its space); whether it is.
 
-    Workers started together each measure their own op profile and probe answers, and
+    Workers started together each measured their own op profile and probe answers, and
     profiles differ by noise. Each one used to record its own as the study's, attribute by
     attribute, so the stored profile could be one worker's and the space another's, and
     the workers searched spaces that differed. Now only the creator records them; a
     worker that loaded the study waits for them and takes them (``reuse_space_inputs``).
     It does not wait for a creator that is gone from this host, or that created the study
-    too long ago for a start-up like this worker's (``own_startup_s``; killed on another
-    host, or a study left unprepared by a model that did not load): then it prepares the
+    longer ago than any start-up takes (``CREATOR_PATIENCE_S``): then it prepares the
     study itself, as the creator would have.
     """
-    patience_s = CREATOR_SLACK_S + 3 * own_startup_s
     while StudyAttr.SPACE not in (attrs := _user_attrs(study)):
-        creator = attrs.get(StudyAttr.CREATOR)
-        if not creator or time.time() - creator["at"] > patience_s or not may_be_alive(creator):
+        if not _awaited(attrs):
             return False
         pause(PREPARE_POLL_S)
     return True
+
+
+def _awaited(attrs: dict[str, Any]) -> bool:
+    """Whether the study's creator may still prepare it."""
+    creator = attrs.get(StudyAttr.CREATOR)
+    return bool(creator) and time.time() - creator["at"] <= CREATOR_PATIENCE_S and may_be_alive(creator)
 
 
 def _user_attrs(study: optuna.Study) -> dict[str, Any]:
@@ -211,6 +234,8 @@ def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_p
     study.set_user_attr(StudyAttr.OPS, workload.ops_json())
     study.set_user_attr(StudyAttr.OP_PROFILE, workload.op_profile_json())  # the space inputs: resume reuses them
     study.set_user_attr(StudyAttr.EXACTNESS, workload.exactness)
+    if workload.exactness_by_shape:
+        study.set_user_attr(StudyAttr.EXACTNESS_BY_SHAPE, workload.exactness_by_shape)
     study.set_user_attr(StudyAttr.BOUNDARIES, list(workload.boundaries))
     study.set_user_attr(StudyAttr.ENVIRONMENT, workload.environment)
     study.set_user_attr(StudyAttr.STARTUP_S, workload.startup_s)

@@ -81,10 +81,13 @@ def likely_best_first(space: SearchSpace, workload: Workload, points: list[tuple
 def reuse_space_inputs(study: optuna.Study, workload: Workload) -> Workload:
     """``workload`` with the profile and probe answers the study was created with, if any.
 
-    They shape the space (own first/last patterns, cuts around inexact ops); measuring
-    them again on resume could shift the space under the trials already run.
+    They shape the space (own first/last patterns, cuts around inexact ops): a resumed run,
+    and a worker started with the study's creator, search the space they gave. Their own
+    measurements would shift it by noise, so their workers take none where the study holds
+    them (``resume.measures_space_inputs``).
     """
     attrs = study.user_attrs
     return workload.with_space_inputs(
         attrs[StudyAttr.OP_PROFILE] if StudyAttr.OP_PROFILE in attrs else workload.op_profile_json(),
-        attrs[StudyAttr.EXACTNESS] if StudyAttr.EXACTNESS in attrs else workload.exactness)
+        attrs[StudyAttr.EXACTNESS] if StudyAttr.EXACTNESS in attrs else workload.exactness,
+        attrs.get(StudyAttr.EXACTNESS_BY_SHAPE))  # absent (one shape, or an older study): the worker's own

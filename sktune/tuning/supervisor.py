@@ -28,10 +28,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+WORKER_START_TIMEOUT_S = 600.0  # a worker not started by then has failed (the run says so and stops)
+
+
 class SupervisedWorker:
     """Owns one worker process; restarts it after a hang or a crash."""
 
-    def __init__(self, config: dict[str, Any], cache_dir: str | None, start_timeout: float = 600.0) -> None:
+    def __init__(self, config: dict[str, Any], cache_dir: str | None,
+                 start_timeout: float = WORKER_START_TIMEOUT_S) -> None:
         self.config = config
         self.cache_dir = cache_dir
         self.start_timeout = start_timeout
@@ -63,6 +67,12 @@ class SupervisedWorker:
             raise SktuneError(f"the trial worker failed while loading the model: {message}")
         self.workload = Workload.from_json(rest[0])
         return self.workload
+
+    def restart_with(self, **changes: Any) -> Workload:
+        """Start a fresh worker whose config has ``changes`` (e.g. to measure what it skipped)."""
+        self.close()
+        self.config = {**self.config, **changes}
+        return self.start()
 
     # -- the TrialWorker protocol (typed; JSON stays on the pipe) ----------------------
     def run(self, request: TrialRequest, timeout: float) -> TrialResult | WorkerFailure:

@@ -19,7 +19,7 @@ from sktune.backends.compile_helper import CompileHelper, HelperSpec
 from sktune.graph.aliasing import kernelless_ops
 from sktune.graph.grouping import group_ops, regions
 from sktune.measure.heap import steady_heap
-from sktune.measure.op_profile import profile_ops
+from sktune.measure.op_profile import OpProfile, profile_ops
 from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.plan import Plan, Scope
 from sktune.worker.probe import across_shapes, probe_exactness
@@ -57,11 +57,13 @@ class TrialRunner:
         self.verify_only = VerifyOnly(loaded.verify_names, self.source, loaded.model, self.backend, config, primary)
         clock = time.perf_counter()
         self.backend.observe(lambda: self.reference_fn(*self.args[0]))
-        self.startup_s["reference"] += time.perf_counter() - clock
-        clock = time.perf_counter()
-        self.op_profile = profile_ops(self.graph.gm, self.args[0])
         self.kernelless = kernelless_ops(self.graph.gm, self.args[0])
-        self.startup_s["op_profile"] = time.perf_counter() - clock
+        self.startup_s["reference"] += time.perf_counter() - clock
+        self.op_profile: OpProfile | None = None  # None: the study's own is used (config.space_inputs)
+        if config.space_inputs:
+            clock = time.perf_counter()
+            self.op_profile = profile_ops(self.graph.gm, self.args[0])
+            self.startup_s["op_profile"] = time.perf_counter() - clock
         clock = time.perf_counter()
         # Started once the op profile is taken (nothing else may run beside a timing) and the
         # captured graphs are saved (the helper loads them instead of capturing again).
@@ -73,7 +75,7 @@ class TrialRunner:
         self.capabilities = self.backend.capabilities(self.graph)
         self.exactness: dict[str, Any] = {}
         self.exactness_by_shape: dict[str, Any] = {}
-        if config.probe_cache is not None and self.capabilities.probes_exactness:
+        if config.probe_cache is not None and config.space_inputs and self.capabilities.probes_exactness:
             # Per shape: an op can be exact at one size and not at another (vector tails); the
             # cache, keyed by input shapes, answers repeated shapes without a compile.
             exact = self.capabilities.exact_options

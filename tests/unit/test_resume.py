@@ -24,12 +24,12 @@ from sktune.space.search_space import SearchSpace
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.measure.op_profile import OpProfile
 from sktune.tuning import resume
-from sktune.tuning.resume import (StartingQueue, dropped_unless_prepared, fingerprint, open_study, prepare,
-                                  wait_for_creator)
+from sktune.tuning.resume import (StartingQueue, dropped_unless_prepared, fingerprint, measures_space_inputs,
+                                  open_study, prepare, wait_for_creator)
 from sktune.tuning.sampler import make_sampler
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload, starting_points
 from sktune.tuning.storage import make_storage
-from sktune.pipe.workload import Workload
+from sktune.pipe.workload import ServedShape, Workload
 from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, TARGETS
 
 SETTINGS = {StudyAttr.THREADS: 1, StudyAttr.INPUT_SETS: 3}
@@ -206,7 +206,7 @@ def test_only_the_creator_prepares_the_study_and_a_worker_started_with_it_takes_
             prepare(first, theirs, space_from_workload(theirs), Path("m.py"), SETTINGS)
 
     monkeypatch.setattr(resume, "pause", creator_prepares_meanwhile)
-    assert wait_for_creator(second, own_startup_s=5.0)
+    assert wait_for_creator(second)
     assert len(waits) == 2  # it waited until the study was prepared, no longer
     workload = reuse_space_inputs(second, mine)
     assert workload.op_profile == theirs.op_profile
@@ -222,9 +222,9 @@ def test_a_creator_gone_from_this_host_or_too_long_ago_is_not_waited_for(
     waits: list[float] = []
     monkeypatch.setattr(resume, "pause", waits.append)
     study.set_user_attr(StudyAttr.CREATOR, {"host": socket.gethostname(), "pid": int(gone.stdout), "at": time.time()})
-    assert not wait_for_creator(study, own_startup_s=5.0)
+    assert not wait_for_creator(study)
     study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time() - 3600})
-    assert not wait_for_creator(study, own_startup_s=5.0)
+    assert not wait_for_creator(study)
     assert waits == []  # neither was waited for: the worker prepares the study itself
     study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time() - 60})
 
@@ -233,7 +233,28 @@ def test_a_creator_gone_from_this_host_or_too_long_ago_is_not_waited_for(
 
     monkeypatch.setattr(resume, "pause", stop)
     with pytest.raises(TimeoutError):  # started a minute ago on another host: may be starting still
-        wait_for_creator(study, own_startup_s=5.0)
+        wait_for_creator(study)
+
+
+def test_a_worker_measures_its_space_inputs_only_where_it_records_them(tmp_path: Path) -> None:
+    url = f"journal:{tmp_path}/s.log"
+    study, created = open_study("s", url, 0)
+    loaded, again = open_study("s", url, 1)
+    assert measures_space_inputs(study, created)  # the creator records them
+    assert not measures_space_inputs(loaded, again)  # started with its creator: takes the creator's
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    study.set_user_attr(StudyAttr.CREATOR, {"host": socket.gethostname(), "pid": int(gone.stdout), "at": time.time()})
+    assert measures_space_inputs(loaded, again)  # a creator gone: this run prepares the study itself
+    shapes = replace(describe(), shapes={"bs8": ServedShape(2.0, [[8, 8]]), "bs1": ServedShape(1.0, [[1, 8]])},
+                     exactness_by_shape={"bs8": {"add": {"alone": True}}, "bs1": {"add": {"alone": False}}})
+    prepare(study, shapes, space_from_workload(shapes), Path("m.py"), SETTINGS)
+    assert not measures_space_inputs(loaded, again)  # prepared: a resumed run searches the stored space
+    assert reuse_space_inputs(loaded, describe()).exactness_by_shape == shapes.exactness_by_shape  # yardsticks
+    attrs = loaded.user_attrs  # a multi-shape study from before the per-shape answers were stored
+    older = optuna.create_study(study_name="older", storage=make_storage(url))
+    for key in (k for k in attrs if k != StudyAttr.EXACTNESS_BY_SHAPE):
+        older.set_user_attr(key, attrs[key])
+    assert measures_space_inputs(older, False)
 
 
 def test_a_study_whose_creator_failed_before_preparing_it_is_deleted_and_its_waiter_says_so(
@@ -245,7 +266,7 @@ def test_a_study_whose_creator_failed_before_preparing_it_is_deleted_and_its_wai
         raise SktuneError("build_model() raised")  # the model did not load in the worker
     assert optuna.get_all_study_names(make_storage(url)) == []
     with pytest.raises(SktuneError, match="was deleted while this run waited"):
-        wait_for_creator(waiter, own_startup_s=5.0)
+        wait_for_creator(waiter)
     # Kept: a study this run only loaded, and one that was prepared before the failure.
     kept, created = open_study("k", url, 0)
     loaded, again = open_study("k", url, 1)
