@@ -125,9 +125,11 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         starting = prepare(study, workload, space, settings.model_path,
                            {StudyAttr.THREADS: settings.threads, StudyAttr.INPUT_SETS: settings.input_sets},
                            settings.allow_changed, first=[(w.anchor, w.params) for w in warm])
-        if warm:  # the study notes where its first plans came from
-            noted = study.user_attrs.get(StudyAttr.WARM_START) or []
-            study.set_user_attr(StudyAttr.WARM_START, noted + [w.to_json() for w in warm])
+        # The study notes where its first plans came from, each once: a resumed run and
+        # workers started together with the same --warm-start map the same plans.
+        noted = study.user_attrs.get(StudyAttr.WARM_START) or []
+        if new_notes := [entry for entry in (w.to_json() for w in warm) if entry not in noted]:
+            study.set_user_attr(StudyAttr.WARM_START, noted + new_notes)
         if on_ready:
             on_ready(study, workload)
         rules = ObjectiveRules(

@@ -27,7 +27,7 @@ def earlier(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.slow  # ~27 s (two runs); tests/unit/test_warm_start.py covers the mapping fast; CI runs it
+@pytest.mark.slow  # ~40 s (three runs); tests/unit/test_warm_start.py covers the mapping fast; CI runs it
 def test_a_deeper_model_with_the_same_layer_starts_from_the_earlier_best_plans(earlier: Path) -> None:
     result = run(earlier, "stack_deeper.py", "deeper", "--warm-start", "earlier")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -44,6 +44,10 @@ def test_a_deeper_model_with_the_same_layer_starts_from_the_earlier_best_plans(e
     assert all(k.endswith(".own") and v is False for k, v in first.params.items() if k not in earlier_params)
     assert first.state == optuna.trial.TrialState.COMPLETE  # verified and timed like any trial
     assert f"warm start: trial #{noted[0]['trial']} of study 'earlier' (changed model" in result.stdout
+    # Resumed with the same --warm-start (as workers started together are): each plan noted once.
+    again = run(earlier, "stack_deeper.py", "deeper", "--warm-start", "earlier", "--trials", "1")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert optuna.load_study(study_name="deeper", storage=storage).user_attrs["warm_start"] == noted
 
 
 @pytest.mark.slow  # ~10 s each (a worker start); tests/unit/test_warm_start.py covers every refusal fast
