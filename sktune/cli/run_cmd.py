@@ -78,13 +78,11 @@ def run_command(
             shapes=_names("--shapes", shapes), warm_start=_names("--warm-start", warm_start) or (),
             warm_storage=warm_storage,
         )
-        from sktune.backends import backend_class
-
-        probing = settings.probe and backend_class(settings.backend).probes_exactness
-        progress = _Progress(settings.resolved_effort.trials, probing)
+        progress = _Progress(settings.resolved_effort.trials)
         try:
             with progress:
-                result = tune(settings, callbacks=[progress.on_trial], on_ready=progress.on_ready)
+                result = tune(settings, callbacks=[progress.on_trial], on_ready=progress.on_ready,
+                              on_status=progress.on_status)
         except KeyboardInterrupt:
             err_console.print(
                 f"interrupted: completed trials are saved in study {settings.study!r}; "
@@ -118,13 +116,12 @@ def _names(flag: str, value: str | None) -> tuple[str, ...] | None:
 class _Progress:
     """A rich progress bar whose description shows the best exact speedup so far."""
 
-    def __init__(self, total: int, probing: bool = True) -> None:
+    def __init__(self, total: int) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=err_console, transient=False)
-        steps = "load, capture, reference" + (", exactness probe" if probing else "")  # what start-up will do
-        self.task = self.progress.add_task(f"starting worker ({steps})…", total=total)
+        self.task = self.progress.add_task("opening the study…", total=total)
 
     def __enter__(self) -> "_Progress":
         self.progress.__enter__()
@@ -132,6 +129,10 @@ class _Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.progress.__exit__(*exc)
+
+    def on_status(self, text: str) -> None:
+        """What start-up is doing (the worker's steps; a wait for the study's creator)."""
+        self.progress.update(self.task, description=text)
 
     def on_ready(self, study: Any, workload: Workload) -> None:
         from sktune.tuning.storage import other_local_workers

@@ -21,8 +21,8 @@ from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.space.search_space import UNFUSED
 from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
 from sktune.tuning.refine import refine_best
-from sktune.tuning.resume import (StartingQueue, dropped_unless_prepared, measures_space_inputs, open_study, prepare,
-                                  wait_for_creator)
+from sktune.tuning.resume import (StartingQueue, awaited_creator, dropped_unless_prepared, measures_space_inputs,
+                                  open_study, prepare, wait_for_creator)
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
@@ -95,9 +95,20 @@ def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Tria
                    callbacks=[*(callbacks or []), stop_once_unfused_began])
 
 
+def startup_steps(space_inputs: bool, probing: bool) -> str:
+    """What the worker's start-up does, as the progress line names it."""
+    steps = ["load", "capture", "reference"]
+    if space_inputs:  # else the study's own are used (resume.measures_space_inputs)
+        steps += ["op profile", "exactness probe"] if probing else ["op profile"]
+    return ", ".join(steps)
+
+
 def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
-         on_ready: Callable[[optuna.Study, Workload], None] | None = None) -> optuna.Study:
-    """Run ``settings.trials`` more trials on the study (created or resumed)."""
+         on_ready: Callable[[optuna.Study, Workload], None] | None = None,
+         on_status: Callable[[str], None] | None = None) -> optuna.Study:
+    """Run ``settings.trials`` more trials on the study (created or resumed); ``on_status``
+    hears what the start-up is doing (a progress line)."""
+    status = on_status or (lambda text: None)
     cache_dir = settings.compile_cache
     cache_dir.mkdir(parents=True, exist_ok=True)
     effort = settings.resolved_effort
@@ -114,10 +125,16 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                            compile_helper=settings.compile_helper,
                            prefetch_fuse_all=settings.compile_helper and not ran_anchor(study, FUSE_ALL),
                            space_inputs=measures_space_inputs(study, created))
+    probing = probe_cache is not None and backend.probes_exactness
+    status(f"starting worker ({startup_steps(config['space_inputs'], probing)})…")
     with dropped_unless_prepared(study, created, settings.storage), SupervisedWorker(config, str(cache_dir)) as worker:
         started = worker.start()
-        if not config["space_inputs"] and not wait_for_creator(study):
-            started = worker.restart_with(space_inputs=True)  # its creator is gone: this run prepares the study
+        if not config["space_inputs"]:
+            if waiting := awaited_creator(study):
+                status(f"waiting for {waiting} (it measures the op profile and probe answers)…")
+            if not wait_for_creator(study):
+                status(f"starting worker again ({startup_steps(True, probing)})…")
+                started = worker.restart_with(space_inputs=True)  # its creator is gone: this run prepares the study
         workload = reuse_space_inputs(study, started)
         space = space_from_workload(workload)
         warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, workload, space,

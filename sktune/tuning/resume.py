@@ -145,6 +145,15 @@ def wait_for_creator(study: optuna.Study) -> bool:
     return True
 
 
+def awaited_creator(study: optuna.Study) -> str | None:
+    """The run that this one waits for, in words (``wait_for_creator``); None: no wait."""
+    attrs = _user_attrs(study)
+    if StudyAttr.SPACE in attrs or not _awaited(attrs):
+        return None
+    creator = attrs[StudyAttr.CREATOR]
+    return f"the study's creator, pid {creator['pid']} on {creator['host']}"
+
+
 def _awaited(attrs: dict[str, Any]) -> bool:
     """Whether the study's creator may still prepare it."""
     creator = attrs.get(StudyAttr.CREATOR)

@@ -114,9 +114,15 @@ def test_the_patch_export_names_the_compile_that_honours_its_markers() -> None:
     assert marker_compiles("inductor") == ['torch.compile(backend="npugraph_ex")']
 
 
-@pytest.mark.parametrize("probing", [True, False])
-def test_the_start_up_line_announces_the_probe_only_when_it_runs(probing: bool) -> None:
+@pytest.mark.parametrize(("space_inputs", "probing", "steps"), [
+    (True, True, "load, capture, reference, op profile, exactness probe"),
+    (True, False, "load, capture, reference, op profile"),
+    (False, True, "load, capture, reference"),  # a resumed study, or one its creator prepares: theirs are used
+])
+def test_the_start_up_line_announces_only_what_runs(space_inputs: bool, probing: bool, steps: str) -> None:
     from sktune.cli.run_cmd import _Progress
+    from sktune.tuning.loop import startup_steps
 
-    line = _Progress(3, probing).progress.tasks[0].description
-    assert line.startswith("starting worker (load, capture, reference") and ("exactness probe" in line) == probing
+    progress = _Progress(3)
+    progress.on_status(f"starting worker ({startup_steps(space_inputs, probing)})…")
+    assert progress.progress.tasks[0].description == f"starting worker ({steps})…"

@@ -87,7 +87,7 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
                         env={**os.environ, "ATEN_CPU_CAPABILITY": "default"})
         assert scalar.returncode == 1 and "cpu_capability" in scalar.stderr and "--allow-changed" in scalar.stderr
         assert "Traceback" not in scalar.stderr
-        assert "starting worker (load, capture, reference)…" in scalar.stderr  # --no-probe: no probe announced
+        assert "starting worker (load, capture, reference)…" in scalar.stderr  # resumed: the stored profile and probe
 
 
 @pytest.mark.slow  # ~1 min: three worker faults and restarts; CI runs it (.ci/run)

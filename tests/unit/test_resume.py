@@ -24,8 +24,8 @@ from sktune.space.search_space import SearchSpace
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.measure.op_profile import OpProfile
 from sktune.tuning import resume
-from sktune.tuning.resume import (StartingQueue, dropped_unless_prepared, fingerprint, measures_space_inputs,
-                                  open_study, prepare, wait_for_creator)
+from sktune.tuning.resume import (StartingQueue, awaited_creator, dropped_unless_prepared, fingerprint,
+                                  measures_space_inputs, open_study, prepare, wait_for_creator)
 from sktune.tuning.sampler import make_sampler
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload, starting_points
 from sktune.tuning.storage import make_storage
@@ -206,8 +206,10 @@ def test_only_the_creator_prepares_the_study_and_a_worker_started_with_it_takes_
             prepare(first, theirs, space_from_workload(theirs), Path("m.py"), SETTINGS)
 
     monkeypatch.setattr(resume, "pause", creator_prepares_meanwhile)
+    assert awaited_creator(second) == f"the study's creator, pid {os.getpid()} on {socket.gethostname()}"
     assert wait_for_creator(second)
     assert len(waits) == 2  # it waited until the study was prepared, no longer
+    assert awaited_creator(second) is None
     workload = reuse_space_inputs(second, mine)
     assert workload.op_profile == theirs.op_profile
     prepare(second, workload, space_from_workload(workload), Path("m.py"), SETTINGS)  # the same space: resumes
