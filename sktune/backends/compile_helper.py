@@ -97,6 +97,12 @@ class CompileHelper:
             elif kind == "failed":  # could not start: compile everything in the worker
                 self._gone(f"failed to start: {payload}")
 
+    def settle(self) -> None:
+        """Until nothing handed over is still compiling: a timing may start (the fuse-all
+        yardstick handed over at start-up can outlast a short start-up)."""
+        for key in list(self._pending):
+            self.wait(key)
+
     @property
     def pid(self) -> int:
         return self._process.pid

@@ -185,8 +185,10 @@ class InductorBackend(Backend):
         # compiles a region that comes earlier.
         awaited = {j.key for j in jobs if helper is not None and helper.has_pending(j.key)}
         for job in sorted(jobs, key=lambda j: j.key in awaited):
-            if helper is not None and job.key in awaited and job.key not in self.regions:
-                helper.wait(job.key)  # no-op if it came while waiting for another; then loads from the cache
+            if helper is not None and job.key not in self.regions:
+                if job.key in awaited:
+                    helper.wait(job.key)  # no-op if it came while waiting for another; then loads from the cache
+                # Delivered now or before (a prefetched region that a timing waited for): loaded here.
                 self._helper_s += helper.compile_s.get(job.key, 0.0)
             job.node.target.fn = self.regions.get_or_compile(job.key, job.compile)
         return gm

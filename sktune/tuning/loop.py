@@ -118,23 +118,27 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     backend = get_backend(settings.backend)  # e.g. no torch-npu: fail before starting a worker
     study, created = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
+    measures = measures_space_inputs(study, created)
+    # The helper compiles the fuse-all yardstick while the worker probes: only a worker that
+    # probes (a second one would compile it again beside the creator's probe).
+    prefetch = settings.compile_helper and not ran_anchor(study, FUSE_ALL)
     config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
                            threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
                            probe_cache=probe_cache, shapes=settings.shapes,
                            capture_cache=str((settings.cache_root / "captures").resolve()),
                            compile_helper=settings.compile_helper,
-                           prefetch_fuse_all=settings.compile_helper and not ran_anchor(study, FUSE_ALL),
-                           space_inputs=measures_space_inputs(study, created))
+                           prefetch_fuse_all=prefetch and measures, space_inputs=measures)
     probing = probe_cache is not None and backend.probes_exactness
-    status(f"starting worker ({startup_steps(config['space_inputs'], probing)})…")
+    status(f"starting worker ({startup_steps(measures, probing)})…")
     with dropped_unless_prepared(study, created, settings.storage), SupervisedWorker(config, str(cache_dir)) as worker:
         started = worker.start()
-        if not config["space_inputs"]:
+        if not measures:
             if waiting := awaited_creator(study):
                 status(f"waiting for {waiting} (it measures the op profile and probe answers)…")
             if not wait_for_creator(study):
                 status(f"starting worker again ({startup_steps(True, probing)})…")
-                started = worker.restart_with(space_inputs=True)  # its creator is gone: this run prepares the study
+                # Its creator is gone: this run prepares the study.
+                started = worker.restart_with(space_inputs=True, prefetch_fuse_all=prefetch)
         workload = reuse_space_inputs(study, started)
         space = space_from_workload(workload)
         warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, workload, space,

@@ -160,6 +160,8 @@ class TrialRunner:
                       shape: ShapeSet) -> tuple[list[float], list[float], dict[str, Any]]:
         """``n_batches`` interleaved pairs of the shape's baseline and ``candidate`` on input set 0."""
         args0, reference_fn = shape.args[0], shape.reference_fn
+        if self.helper is not None:
+            self.helper.settle()  # nothing may compile beside a timing
         return self.backend.time_batches(lambda: reference_fn(*args0), lambda: candidate(*args0),
                                          n_batches=n_batches, batch_target_s=self.config.batch_target_s)
 
