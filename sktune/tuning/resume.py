@@ -243,7 +243,7 @@ def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_p
     study.set_user_attr(StudyAttr.OPS, workload.ops_json())
     study.set_user_attr(StudyAttr.OP_PROFILE, workload.op_profile_json())  # the space inputs: resume reuses them
     study.set_user_attr(StudyAttr.EXACTNESS, workload.exactness)
-    if workload.exactness_by_shape:
+    if workload.shapes:  # {} without a probe: stored too, or each resume would measure again
         study.set_user_attr(StudyAttr.EXACTNESS_BY_SHAPE, workload.exactness_by_shape)
     study.set_user_attr(StudyAttr.BOUNDARIES, list(workload.boundaries))
     study.set_user_attr(StudyAttr.ENVIRONMENT, workload.environment)

@@ -257,6 +257,10 @@ def test_a_worker_measures_its_space_inputs_only_where_it_records_them(tmp_path:
     for key in (k for k in attrs if k != StudyAttr.EXACTNESS_BY_SHAPE):
         older.set_user_attr(key, attrs[key])
     assert measures_space_inputs(older, False)
+    unprobed = optuna.create_study(study_name="unprobed", storage=make_storage(url))  # --no-probe: no answers
+    bare = replace(shapes, exactness={}, exactness_by_shape={})
+    prepare(unprobed, bare, space_from_workload(bare), Path("m.py"), SETTINGS)
+    assert not measures_space_inputs(unprobed, False)
 
 
 def test_a_study_whose_creator_failed_before_preparing_it_is_deleted_and_its_waiter_says_so(
