@@ -47,7 +47,7 @@ class Workload:
     model_sha256: str
     input_shapes: InputShapes  # the heaviest shape's (the only one's for a one-shape model)
     kernelless: tuple[bool, ...] = ()  # op i launches no kernel (a view, a no-op cast); (): not known
-    op_profile: OpProfile | None = None  # None: not measured (a study created without one)
+    op_profile: OpProfile | None = None  # None: not measured (the study's is used, or it has none)
     exactness: dict[str, dict[str, Any]] = field(default_factory=dict)  # the probe's answers by op type; {}: none
     startup_s: dict[str, float] | None = None  # where the worker's start-up time went
     shapes: dict[str, ServedShape] = field(default_factory=dict)  # heaviest first; {}: no input_shapes()
