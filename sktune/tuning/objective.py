@@ -85,6 +85,9 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         record_diagnosis(trial, diagnostic, outcome, DEVICE_LOG_HINT)
 
     def objective(trial: optuna.Trial) -> float:
+        # First: a run killed from here on leaves a trial that the next run can fail (an
+        # untagged RUNNING trial stays RUNNING; its suggestions are a storage write each).
+        record_worker(trial, worker_tag())
         anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
         yardstick = trial.user_attrs.get(TrialAttr.YARDSTICK)  # the one shape it runs at (an anchor there)
         shapes = rules.shapes if yardstick is None else tuple((n, w) for n, w in rules.shapes if n == yardstick)
@@ -94,7 +97,6 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
             trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {})
         plan = space.with_options(space.suggest(trial), overrides)
         record_plan(trial, plan, overrides)
-        record_worker(trial, worker_tag())  # lets a resumed run fail this trial if we die
         # Over the backend's scope cap the compile would be refused: skipped, anchor or not
         # (a decoded plan never is; a plan from elsewhere may be, space/scope_cap.py).
         hopeless = space.over_cap(plan) if anchor or probe_skip is None else probe_skip(plan)

@@ -66,13 +66,15 @@ def wait_for_complete(storage: str, name: str, n: int, timeout: float = 240) -> 
 
 
 def wait_for_running(storage: str, name: str, after_complete: int, timeout: float = 240) -> None:
-    """Until ``after_complete`` trials are complete and one is RUNNING (a trial takes well under
-    a second now that regions come from the compile cache: a coarse poll can land between trials)."""
+    """Until ``after_complete`` trials are complete and one is RUNNING in a worker that said so
+    (a trial takes well under a second now that regions come from the compile cache: a coarse
+    poll can land between trials). Between Optuna's ask and the objective's first write the
+    trial is RUNNING and names no worker: a kill there is not the case this waits for."""
     wait_for_complete(storage, name, after_complete, timeout)
     deadline = time.time() + timeout
     while time.time() < deadline:
         trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-        if any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+        if any(t.state == optuna.trial.TrialState.RUNNING and "worker" in t.user_attrs for t in trials):
             return
         time.sleep(0.02)
     raise AssertionError(f"no RUNNING trial after {timeout} s")
