@@ -34,7 +34,7 @@ class RunnerConfig:
     # fuse-all trial yet): on a deep model its whole-graph compile is the costliest of all.
     prefetch_fuse_all: bool = False
     # Measure the op profile and probe answers that shape the space; False where the study
-    # holds them already or its creator records them (``resume.measures_space_inputs``).
+    # holds them already or its creator records them (``creator.measures_space_inputs``).
     space_inputs: bool = True
 
 

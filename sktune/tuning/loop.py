@@ -21,8 +21,8 @@ from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.space.search_space import UNFUSED
 from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
 from sktune.tuning.refine import refine_best
-from sktune.tuning.resume import (StartingQueue, awaited_creator, dropped_unless_prepared, measures_space_inputs,
-                                  open_study, prepare, wait_for_creator)
+from sktune.tuning.creator import awaited_creator, dropped_unless_prepared, measures_space_inputs, wait_for_creator
+from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
@@ -98,7 +98,7 @@ def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Tria
 def startup_steps(space_inputs: bool, probing: bool) -> str:
     """What the worker's start-up does, as the progress line names it."""
     steps = ["load", "capture", "reference"]
-    if space_inputs:  # else the study's own are used (resume.measures_space_inputs)
+    if space_inputs:  # else the study's own are used (creator.measures_space_inputs)
         steps += ["op profile", "exactness probe"] if probing else ["op profile"]
     return ", ".join(steps)
 

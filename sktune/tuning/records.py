@@ -63,6 +63,7 @@ class StudyAttr:
     FINGERPRINT = "fingerprint"
     SPACE = "space"  # the search space's signature; written last (the study is prepared)
     CREATOR = "creator"  # the worker that created the study ({host, pid, at}): it prepares the study
+    CREATOR_BEAT = "creator_beat"  # a count the creator raises while it prepares the study (its heartbeat)
     THREADS = "threads"
     INPUT_SETS = "input_sets"
     BACKEND = "backend"

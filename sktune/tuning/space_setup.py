@@ -84,7 +84,7 @@ def reuse_space_inputs(study: optuna.Study, workload: Workload) -> Workload:
     They shape the space (own first/last patterns, cuts around inexact ops): a resumed run,
     and a worker started with the study's creator, search the space they gave. Their own
     measurements would shift it by noise, so their workers take none where the study holds
-    them (``resume.measures_space_inputs``).
+    them (``creator.measures_space_inputs``).
     """
     attrs = study.user_attrs
     return workload.with_space_inputs(

@@ -1,5 +1,5 @@
 """A worker measures the op profile and probe answers only when told to: a resumed run and
-a worker started with the study's creator take the study's (``resume.measures_space_inputs``);
+a worker started with the study's creator take the study's (``creator.measures_space_inputs``);
 one whose creator is gone restarts its worker to measure them. The runner in this process,
 then a real worker process."""
 

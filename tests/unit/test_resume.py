@@ -23,9 +23,9 @@ from sktune.graph.opgraph import Op
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.measure.op_profile import OpProfile
-from sktune.tuning import resume
-from sktune.tuning.resume import (StartingQueue, awaited_creator, dropped_unless_prepared, fingerprint,
-                                  measures_space_inputs, open_study, prepare, wait_for_creator)
+from sktune.tuning import creator
+from sktune.tuning.creator import awaited_creator, dropped_unless_prepared, measures_space_inputs, wait_for_creator
+from sktune.tuning.resume import StartingQueue, fingerprint, open_study, prepare
 from sktune.tuning.sampler import make_sampler
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload, starting_points
 from sktune.tuning.storage import make_storage
@@ -205,7 +205,7 @@ def test_only_the_creator_prepares_the_study_and_a_worker_started_with_it_takes_
         if len(waits) == 2:
             prepare(first, theirs, space_from_workload(theirs), Path("m.py"), SETTINGS)
 
-    monkeypatch.setattr(resume, "pause", creator_prepares_meanwhile)
+    monkeypatch.setattr(creator, "pause", creator_prepares_meanwhile)
     assert awaited_creator(second) == f"the study's creator, pid {os.getpid()} on {socket.gethostname()}"
     assert wait_for_creator(second)
     assert len(waits) == 2  # it waited until the study was prepared, no longer
@@ -222,7 +222,7 @@ def test_a_creator_gone_from_this_host_or_too_long_ago_is_not_waited_for(
     study, _ = open_study("s", f"journal:{tmp_path}/s.log", 0)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     waits: list[float] = []
-    monkeypatch.setattr(resume, "pause", waits.append)
+    monkeypatch.setattr(creator, "pause", waits.append)
     study.set_user_attr(StudyAttr.CREATOR, {"host": socket.gethostname(), "pid": int(gone.stdout), "at": time.time()})
     assert not wait_for_creator(study)
     study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time() - 3600})
@@ -233,7 +233,7 @@ def test_a_creator_gone_from_this_host_or_too_long_ago_is_not_waited_for(
     def stop(seconds: float) -> None:
         raise TimeoutError
 
-    monkeypatch.setattr(resume, "pause", stop)
+    monkeypatch.setattr(creator, "pause", stop)
     with pytest.raises(TimeoutError):  # started a minute ago on another host: may be starting still
         wait_for_creator(study)
 
