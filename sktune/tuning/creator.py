@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,16 +26,79 @@ log = logging.getLogger(__name__)
 
 
 def record_creator(study: optuna.Study) -> None:
-    """Say in the study that this run created it, so that it prepares it."""
+    """Say in the study that this run created it, so that it prepares it; its heartbeat
+    first, at 0 (``creator_heartbeat`` raises it), so that a worker that sees the creator
+    sees its heartbeat."""
+    study.set_user_attr(StudyAttr.CREATOR_BEAT, 0)
     study.set_user_attr(StudyAttr.CREATOR, {**worker_tag(), "at": time.time()})
+
+
+RECORD_POLL_S = 0.1
+RECORD_WAIT_S = 5.0
+
+
+def await_creator_record(study: optuna.Study) -> None:
+    """For a study that this run loaded: wait a moment for its creator's record, if missing.
+
+    Creating a study and recording its creator are two writes (Optuna sets no attribute
+    as it creates). A worker that loads the study between them would see a study without
+    a creator, measure its own space inputs and prepare the study beside the creator:
+    the spaces that differ that ``wait_for_creator`` exists to prevent. A study that
+    never gets a record (made by an older sktune, or by Optuna itself) costs this wait once.
+    """
+    for _ in range(round(RECORD_WAIT_S / RECORD_POLL_S)):
+        if {StudyAttr.CREATOR, StudyAttr.SPACE} & _user_attrs(study).keys():
+            return
+        pause(RECORD_POLL_S)
 
 
 PREPARE_POLL_S = 1.0  # how often a worker waiting for the study's creator looks at the study
 # The creator's worker has WORKER_START_TIMEOUT_S to start, or the creator fails and deletes
-# the study (``dropped_unless_prepared``); preparing takes seconds more. A creator silent for
-# longer was killed where this host cannot see it (another host), or its pid was reused.
+# the study (``dropped_unless_prepared``); preparing takes seconds more. A creator that
+# created it longer ago is gone: the bound for a creator without a heartbeat (an older
+# sktune), and where the clocks of two hosts disagree by less than the slack.
 CREATOR_SLACK_S = 120.0
 CREATOR_PATIENCE_S = WORKER_START_TIMEOUT_S + CREATOR_SLACK_S
+# A creator killed on another host cannot be looked at from here (pid), and the clocks of
+# two hosts need not agree: so its heartbeat is a count, and its waiters time its silence
+# on their own clock. Silent for CREATOR_SILENCE_S (6 beats missed): gone.
+CREATOR_BEAT_S = 10.0
+CREATOR_SILENCE_S = 60.0
+
+
+@contextlib.contextmanager
+def creator_heartbeat(study: optuna.Study, created: bool) -> Iterator[None]:
+    """While the creator prepares the study, raise its heartbeat every ``CREATOR_BEAT_S``
+    (a thread); nothing for a run that did not create the study.
+
+    It stops once the study is prepared (its space is written), or when the run ends or
+    fails. Before it, a creator killed on another host during its start-up kept its
+    waiters for up to ``CREATOR_PATIENCE_S`` (12 minutes).
+    """
+    if not created:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        count = 0
+        while not stop.wait(CREATOR_BEAT_S):
+            try:
+                if StudyAttr.SPACE in study.user_attrs:
+                    return
+                count += 1
+                study.set_user_attr(StudyAttr.CREATOR_BEAT, count)
+            except Exception as exc:  # the study deleted (a failed start-up), the storage down: the run says why
+                log.debug("the creator's heartbeat stopped: %s", mask_url(str(exc)))
+                return
+
+    thread = threading.Thread(target=beat, name="sktune-creator-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=CREATOR_BEAT_S)
 
 
 def pause(seconds: float) -> None:
@@ -66,12 +130,19 @@ def wait_for_creator(study: optuna.Study) -> bool:
     attribute, so the stored profile could be one worker's and the space another's, and
     the workers searched spaces that differed. Now only the creator records them; a
     worker that loaded the study waits for them and takes them (``reuse_space_inputs``).
-    It does not wait for a creator that is gone from this host, or that created the study
+    It does not wait for a creator that is gone from this host, whose heartbeat has been
+    silent for ``CREATOR_SILENCE_S`` (killed on another host), or that created the study
     longer ago than any start-up takes (``CREATOR_PATIENCE_S``): then it prepares the
     study itself, as the creator would have.
     """
+    last_beat, silent_s = None, 0.0
     while StudyAttr.SPACE not in (attrs := _user_attrs(study)):
-        if not _awaited(attrs):
+        beat = attrs.get(StudyAttr.CREATOR_BEAT)  # None: a creator without a heartbeat (older sktune)
+        # Polls counted, not clock read: a poll takes at least PREPARE_POLL_S, so a live
+        # creator is never thought silent early.
+        silent_s = silent_s + PREPARE_POLL_S if beat == last_beat else 0.0
+        last_beat = beat
+        if not _awaited(attrs) or (beat is not None and silent_s > CREATOR_SILENCE_S):
             return False
         pause(PREPARE_POLL_S)
     return True

@@ -21,7 +21,8 @@ from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.space.search_space import UNFUSED
 from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
 from sktune.tuning.refine import refine_best
-from sktune.tuning.creator import awaited_creator, dropped_unless_prepared, measures_space_inputs, wait_for_creator
+from sktune.tuning.creator import (awaited_creator, creator_heartbeat, dropped_unless_prepared, measures_space_inputs,
+                                   wait_for_creator)
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.trial_writer import mark_past_budget
@@ -130,7 +131,8 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                            prefetch_fuse_all=prefetch and measures, space_inputs=measures)
     probing = probe_cache is not None and backend.probes_exactness
     status(f"starting worker ({startup_steps(measures, probing)})…")
-    with dropped_unless_prepared(study, created, settings.storage), SupervisedWorker(config, str(cache_dir)) as worker:
+    with (dropped_unless_prepared(study, created, settings.storage), creator_heartbeat(study, created),
+          SupervisedWorker(config, str(cache_dir)) as worker):
         started = worker.start()
         if not measures:
             if waiting := awaited_creator(study):

@@ -19,7 +19,7 @@ import optuna
 from sktune.errors import SktuneError
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner
-from sktune.tuning.creator import record_creator
+from sktune.tuning.creator import await_creator_record, record_creator
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
@@ -88,6 +88,8 @@ def open_study(name: str, storage: str, seed: int | None) -> tuple[optuna.Study,
         raise SktuneError(f"cannot open study {name!r} in {mask_url(storage)}: {message}") from None
     if created:
         record_creator(study)
+    else:
+        await_creator_record(study)
     fail_orphaned_trials(study, backend)
     return study, created
 

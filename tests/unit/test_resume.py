@@ -238,6 +238,84 @@ def test_a_creator_gone_from_this_host_or_too_long_ago_is_not_waited_for(
         wait_for_creator(study)
 
 
+def test_a_worker_that_loads_the_study_before_its_creator_is_recorded_waits_for_the_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creating a study and recording its creator are two writes; a worker between them
+    would prepare the study beside its creator."""
+    url = f"journal:{tmp_path}/s.log"
+    just_created = optuna.create_study(study_name="s", storage=make_storage(url))  # the creator's first write
+    polls: list[float] = []
+
+    def creator_records_meanwhile(seconds: float) -> None:
+        polls.append(seconds)
+        if len(polls) == 3:
+            creator.record_creator(just_created)
+
+    monkeypatch.setattr(creator, "pause", creator_records_meanwhile)
+    loaded, created = open_study("s", url, 1)
+    assert not created and len(polls) == 3
+    assert not measures_space_inputs(loaded, created)  # it waits for the creator's space inputs
+    polls.clear()
+    monkeypatch.setattr(creator, "pause", polls.append)
+    optuna.create_study(study_name="never", storage=make_storage(url))  # e.g. made by Optuna itself
+    _, created = open_study("never", url, 1)
+    assert sum(polls) == pytest.approx(creator.RECORD_WAIT_S)  # then it prepares the study itself
+    polls.clear()
+    open_study("s", url, 2)
+    assert polls == []  # a recorded creator: no wait
+
+
+def test_a_creator_killed_on_another_host_is_known_by_its_silent_heartbeat(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another host's pid cannot be looked at, nor its clock trusted: its waiters count the
+    polls since its heartbeat last rose, and stop waiting after CREATOR_SILENCE_S."""
+    study, _ = open_study("s", f"journal:{tmp_path}/s.log", 0)
+    study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time()})
+    assert study.user_attrs[StudyAttr.CREATOR_BEAT] == 0  # recorded with the creator
+    polls: list[float] = []
+    monkeypatch.setattr(creator, "pause", polls.append)
+    assert not wait_for_creator(study)  # killed during its start-up: never beat again
+    assert creator.CREATOR_SILENCE_S <= sum(polls) <= creator.CREATOR_SILENCE_S + creator.PREPARE_POLL_S
+    assert sum(polls) < creator.CREATOR_PATIENCE_S / 10  # not the 12 minutes it took before
+
+    def beating_for_two_silences(seconds: float) -> None:  # alive: it beats every 10 polls, then prepares
+        polls.append(seconds)
+        if len(polls) % 10 == 0:
+            study.set_user_attr(StudyAttr.CREATOR_BEAT, len(polls))
+        if sum(polls) > 2 * creator.CREATOR_SILENCE_S:
+            study.set_user_attr(StudyAttr.SPACE, {"signature": "prepared"})
+
+    polls.clear()
+    monkeypatch.setattr(creator, "pause", beating_for_two_silences)
+    assert wait_for_creator(study)
+    assert sum(polls) > 2 * creator.CREATOR_SILENCE_S
+
+
+def test_the_creator_beats_while_it_prepares_the_study_and_stops_once_it_is_prepared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"journal:{tmp_path}/s.log"
+    study, created = open_study("s", url, 0)
+    waiter, _ = open_study("s", url, 1)
+    monkeypatch.setattr(creator, "CREATOR_BEAT_S", 0.01)
+
+    def beat_seen() -> int:
+        return waiter.user_attrs[StudyAttr.CREATOR_BEAT]
+
+    with creator.creator_heartbeat(study, created):
+        deadline = time.monotonic() + 30
+        while beat_seen() < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert beat_seen() >= 3  # the waiter on another process sees it rise
+        study.set_user_attr(StudyAttr.SPACE, {"signature": "prepared"})
+        time.sleep(0.2)
+        stopped = beat_seen()
+        time.sleep(0.2)
+        assert beat_seen() == stopped  # prepared: nothing more to wait for
+    with creator.creator_heartbeat(waiter, False):  # a run that loaded the study does not beat
+        time.sleep(0.1)
+    assert beat_seen() == stopped
+
+
 def test_a_worker_measures_its_space_inputs_only_where_it_records_them(tmp_path: Path) -> None:
     url = f"journal:{tmp_path}/s.log"
     study, created = open_study("s", url, 0)
