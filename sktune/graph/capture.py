@@ -79,11 +79,14 @@ def capture(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> OpGraph:
     try:
         with torch.no_grad():
             torch.compile(model, backend=backend, fullgraph=True, dynamic=False)(*inputs)
-    except torch._dynamo.exc.Unsupported as exc:
+    # A branch on a tensor's value (`.item()`) is a UserError ("could not guard on
+    # data-dependent expression") in this torch, not Unsupported: a graph break all the same.
+    except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as exc:
         frame = getattr(exc, "innermost_user_frame_summary", None)
         where = f" at {frame.filename}:{frame.lineno} ({frame.line})" if frame is not None else ""
+        hint = _DATA_DEPENDENT_HINT if "data-dependent" in str(exc) else ""
         raise CaptureError(
-            f"the forward cannot be captured as one graph (graph break{where}):\n{_short(exc)}"
+            f"the forward cannot be captured as one graph (graph break{where}){hint}:\n{_short(exc)}"
         ) from exc
     except Exception as exc:  # the user's forward itself failed while being traced
         raise CaptureError(f"capturing the forward failed: {type(exc).__name__}: {_short(exc)}") from exc
@@ -112,6 +115,10 @@ def opgraph_from(gm: fx.GraphModule, flat_args: Sequence[torch.Tensor],
         ops.append(Op(i, node.name, op_type(node, gm), module, module_type, source_of(node)))
     boundaries = legal_boundaries(len(nodes), tuple_spans(nodes))
     return OpGraph(gm, tuple(t.detach() for t in flat_args), positions, tuple(ops), tuple(boundaries))
+
+
+_DATA_DEPENDENT_HINT = ("; it branches on a tensor's value (e.g. `.item()`), which a compiled graph cannot:"
+                        " use torch.where, or move the decision out of forward()")
 
 
 def _short(exc: BaseException, max_lines: int = 12) -> str:
