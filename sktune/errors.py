@@ -23,3 +23,11 @@ class PlanError(SktuneError):
 
 class ExportError(SktuneError):
     """A tuned result cannot be exported in the requested form (the message says why)."""
+
+
+class TorchNpuMissing(SktuneError):
+    """torch-npu cannot be imported here (``reason``: why): no Ascend host, or no CANN."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason

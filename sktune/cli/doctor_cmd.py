@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from sktune.cli._errors import err_console, user_errors
+from sktune.cli._paths import check_output
 
 if TYPE_CHECKING:
     from sktune.doctor.records import DoctorReport
@@ -43,20 +45,33 @@ def doctor_command(
     with user_errors(debug), _stdout_to_stderr(as_json):
         from sktune.doctor.runner import run_doctor, timed_out
 
+        if output is not None:  # checked first: the checks can take many minutes on a device
+            check_output(output, "-o")
         report, workdir = run_doctor(timeout_s=timeout)
     data = report.to_json()
-    if output is not None:
-        output.write_text(json.dumps(data, indent=2) + "\n")
+    failed_write = _write(output, json.dumps(data, indent=2) + "\n") if output is not None else None
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
-        _print(report, workdir, output)
+        _print(report, workdir, None if failed_write else output)
+    if failed_write:  # after printing: a failed write must not hide what the checks found
+        err_console.print(f"[bold red]error:[/] {escape(failed_write)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
     if timed_out(report):
         # A check's thread may still hold a hung device; torch-npu's teardown at exit could
         # wait on it forever. Everything is written: leave now, with the code of a run that ran.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def _write(path: Path, text: str) -> str | None:
+    """Write ``text``; None, or why it could not be written."""
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        return f"cannot write -o {path}: {exc}"
+    return None
 
 
 @contextlib.contextmanager

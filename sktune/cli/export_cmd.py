@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from sktune.cli._errors import err_console, user_errors
+from sktune.cli._paths import check_output
 from sktune.tuning.settings import DEFAULT_STORAGE
 
 
@@ -37,8 +38,8 @@ def export_command(
         from sktune.tuning.storage import load_existing_study
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        if output is not None and not output.resolve().parent.is_dir():
-            raise SktuneError(f"-o: directory {output.resolve().parent} does not exist")
+        if output is not None:
+            check_output(output, "-o")
         loaded = load_existing_study(study, storage)
         if fmt is ExportFormat.json:
             text = json.dumps(export_json(loaded, storage), indent=2) + "\n"

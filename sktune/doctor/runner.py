@@ -23,6 +23,7 @@ import torch
 from sktune.doctor import cache_checks, compile_checks, env_checks, meta_checks, profile_checks
 from sktune.doctor.records import COULD_NOT, CheckResult, DoctorReport, could_not, from_exception
 from sktune.doctor.session import DoctorSession
+from sktune.errors import SktuneError, TorchNpuMissing
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,11 @@ def run_doctor(timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[DoctorReport, Path
     """Every check on this host's npu backend; raises SktuneError when there is none."""
     from sktune.backends.npu import NpuBackend
 
-    backend = NpuBackend(for_trials=True)  # the message of torch_npu_version when torch_npu is missing
+    try:
+        backend = NpuBackend(for_trials=True)
+    except TorchNpuMissing as exc:  # not run's advice (--backend inductor): doctor has nothing to check here
+        raise SktuneError(f"sktune doctor checks an Ascend host, and torch-npu cannot be used here ({exc.reason}); "
+                          "run it on the Ascend host where you will tune, with pip install 'sktune[npu]'") from None
     with fresh_directory() as workdir:
         session = DoctorSession(backend)
         emulated = backend.emulated

@@ -83,12 +83,15 @@ def test_an_old_key_set_release_still_runs_every_check_it_can(tmp_path: Path) ->
 @pytest.mark.parametrize(("emulated", "args", "message"), [
     (True, ["--backend", "inductor"], "the inductor backend has no assumptions"),
     (True, ["--backend", "tpu"], "unknown backend"),
-    (False, [], "the npu backend needs torch-npu"),
+    (False, [], "sktune doctor checks an Ascend host, and torch-npu cannot be used here"),
+    # Checked before the checks, which can take many minutes on a device.
+    (True, ["-o", "no/such/dir/doctor.json"], "-o: directory"),
 ])
 def test_cannot_run_is_one_message(tmp_path: Path, emulated: bool, args: list[str], message: str) -> None:
     result = sktune("doctor", *args, cwd=tmp_path, env=_env(tmp_path, emulated), timeout=120)
     assert result.returncode == 1, result.stdout
     assert message in result.stderr and "Traceback" not in result.stderr
+    assert "--backend inductor" not in result.stderr  # run's advice, which doctor refuses
 
 
 # ----------------------------------------------------------------- judging fake observations

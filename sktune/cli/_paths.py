@@ -1,0 +1,21 @@
+"""Output paths a command writes at its end, checked before any work: a run of minutes
+must not end in "cannot write" with its result lost."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sktune.errors import SktuneError
+
+
+def check_output(path: Path, flag: str) -> None:
+    """Refuse ``path`` (given as ``flag``) now if writing it later would fail: a directory,
+    a missing parent directory, or no permission to write there."""
+    target = path.resolve()
+    if target.is_dir():
+        raise SktuneError(f"{flag}: {path} is a directory; name a file")
+    if not target.parent.is_dir():
+        raise SktuneError(f"{flag}: directory {target.parent} does not exist")
+    if not os.access(target if target.exists() else target.parent, os.W_OK):
+        raise SktuneError(f"{flag}: cannot write {path} (permission denied)")
