@@ -23,7 +23,7 @@ from sktune.tuning.creator import await_creator_record, record_creator
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
-from sktune.tuning.storage import fail_orphaned_trials, make_storage, mask_url
+from sktune.tuning.storage import check_made_by_sktune, fail_orphaned_trials, make_storage, mask_url
 from sktune.pipe.workload import Workload
 
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
@@ -89,6 +89,7 @@ def open_study(name: str, storage: str, seed: int | None) -> tuple[optuna.Study,
     if created:
         record_creator(study)
     else:
+        check_made_by_sktune(study, mask_url(storage))  # before the wait: such a study has trials
         await_creator_record(study)
     fail_orphaned_trials(study, backend)
     return study, created

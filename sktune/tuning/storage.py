@@ -26,7 +26,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from sktune.errors import SktuneError
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.trial_writer import mark_interrupted
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,14 @@ def other_local_workers(study: optuna.Study) -> list[int]:
     return sorted(pids)
 
 
+def study_exists(name: str, storage: str) -> bool:
+    """Whether ``storage`` holds a study named ``name``; True where it cannot be told."""
+    try:
+        return name in optuna.get_all_study_names(make_storage(storage))
+    except Exception:  # e.g. the database went down: do not claim the work is lost
+        return True
+
+
 def load_existing_study(name: str, storage: str) -> optuna.Study:
     """A study that must already exist (export, report): never creates a storage or a study.
 
@@ -145,4 +153,17 @@ def load_existing_study(name: str, storage: str) -> optuna.Study:
     if name not in names:
         known = ", ".join(repr(n) for n in sorted(names)) or "none"
         raise SktuneError(f"no study {name!r} in {masked} (studies there: {known})")
-    return optuna.load_study(study_name=name, storage=backend)
+    study = optuna.load_study(study_name=name, storage=backend)
+    check_made_by_sktune(study, masked)
+    return study
+
+
+def check_made_by_sktune(study: optuna.Study, where: str) -> None:
+    """Refuse a study that ``sktune run`` did not make: an Optuna study of something else
+    on a shared storage has trials without plans (a report of it failed on them, and a
+    run added its trials to it). A study that sktune is still preparing has its creator."""
+    attrs = study.user_attrs
+    if StudyAttr.SPACE in attrs or StudyAttr.CREATOR in attrs or not study.get_trials(deepcopy=False):
+        return
+    raise SktuneError(f"study {study.study_name!r} in {where} was not made by sktune run (it has trials but no "
+                      "sktune record); name another --study")

@@ -265,6 +265,23 @@ def test_a_worker_that_loads_the_study_before_its_creator_is_recorded_waits_for_
     assert polls == []  # a recorded creator: no wait
 
 
+def test_a_study_that_sktune_did_not_make_is_refused_by_run_report_and_export(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Optuna study of something else on a shared storage: its trials have no plans."""
+    from sktune.tuning.storage import load_existing_study
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    other = optuna.create_study(study_name="other", storage=url)
+    other.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
+    monkeypatch.setattr(creator, "pause", lambda seconds: pytest.fail("no wait for a creator's record"))
+    for opening in (lambda: open_study("other", url, 0), lambda: load_existing_study("other", url)):
+        with pytest.raises(SktuneError, match="'other' in sqlite:///.*s.db was not made by sktune run"):
+            opening()
+    assert len(optuna.load_study(study_name="other", storage=url).trials) == 2  # nothing added
+    mine, _ = open_study("mine", url, 0)  # one of sktune's: created here, not yet prepared
+    assert load_existing_study("mine", url).study_name == "mine"
+
+
 def test_a_creator_killed_on_another_host_is_known_by_its_silent_heartbeat(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another host's pid cannot be looked at, nor its clock trusted: its waiters count the
