@@ -49,6 +49,14 @@ class ModelSource:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
 
+def check_model_path(path: Path) -> None:
+    """A model file that exists and is a file; a folder is named as one (it read "not found")."""
+    if path.is_dir():
+        raise ModelFileError(f"{path} is a folder; name the model's Python file (e.g. {path / 'model.py'})")
+    if not path.is_file():
+        raise ModelFileError(f"model file not found: {path}")
+
+
 def check_syntax(path: Path) -> None:
     """Compile the model file without running it: ``sktune run`` reports a typo at once,
     before a worker starts (seconds: it imports torch) and before the study is created."""
@@ -70,8 +78,7 @@ def syntax_error_message(exc: SyntaxError | ValueError, path: Path) -> str:
 def load_model_file(path: str | Path) -> ModelSource:
     """Import ``path`` as a module and check it defines the contract's two functions."""
     path = Path(path).resolve()
-    if not path.is_file():
-        raise ModelFileError(f"model file not found: {path}")
+    check_model_path(path)
     module_name = f"sktune_user_model_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from sktune.cli._errors import err_console, user_errors
+from sktune.cli._paths import check_output
 from sktune.space.search_space import FUSE_ALL
 from sktune.tuning.settings import DEFAULT_STORAGE
 
@@ -58,18 +61,18 @@ def run_command(
     with user_errors(debug):
         from sktune.backends import resolve_backend_name
         from sktune.errors import SktuneError
-        from sktune.load import check_syntax
+        from sktune.load import check_model_path, check_syntax
         from sktune.tuning.loop import tune
         from sktune.tuning.settings import TuneSettings
+        from sktune.tuning.storage import study_exists
         from sktune.tuning.summary import summary
 
         if debug:
             logging.getLogger("sktune").setLevel(logging.DEBUG)
-        if not model.is_file():
-            raise SktuneError(f"model file not found: {model}")
+        check_model_path(model)
         check_syntax(model.resolve())
-        if summary_json is not None and not summary_json.resolve().parent.is_dir():
-            raise SktuneError(f"--summary-json: directory {summary_json.resolve().parent} does not exist")
+        if summary_json is not None:
+            check_output(summary_json, "--summary-json")
         settings = TuneSettings(
             model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, effort=effort.value,
             patience=patience, stop_early=not no_stop, probe=probe, compile_helper=compile_helper, timeout=timeout,
@@ -79,17 +82,19 @@ def run_command(
             warm_storage=warm_storage,
         )
         progress = _Progress(settings.resolved_effort.trials)
+        signal.signal(signal.SIGTERM, _terminated)
         try:
             with progress:
                 result = tune(settings, callbacks=[progress.on_trial], on_ready=progress.on_ready,
                               on_status=progress.on_status)
-        except KeyboardInterrupt:
-            err_console.print(
-                f"interrupted: completed trials are saved in study {settings.study!r}; "
-                "run the same command again to resume",
-                soft_wrap=True,
-            )
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as stop:
+            saved = (f"completed trials are saved in study {settings.study!r}; run the same command again to resume"
+                     if study_exists(settings.study, settings.storage) else
+                     # A study not yet prepared is deleted (creator.dropped_unless_prepared).
+                     "stopped before the study was prepared, so nothing was saved")
+            terminated = isinstance(stop, Terminated)
+            err_console.print(f"{'terminated' if terminated else 'interrupted'}: {saved}", soft_wrap=True)
+            raise typer.Exit(143 if terminated else 130) from None
         data = summary(result)
     _print_summary(data)
     if summary_json is not None:
@@ -99,6 +104,32 @@ def run_command(
             except OSError as exc:
                 raise SktuneError(f"cannot write --summary-json {summary_json}: {exc}") from exc
         err_console.print(f"summary written to {summary_json}")
+    if data["best_plan"] is None and not data.get("keep_unfused_reason"):
+        # Not even the unfused plan completed: there is no result, and the run says why.
+        err_console.print(f"[bold red]error:[/] {escape(no_result(data))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, a job scheduler's cancel), stopped as Ctrl-C is: Optuna
+    marks the running trial failed, and the run says what was saved. Before, it exited at
+    once (143, no word) and left the trial RUNNING until a later run failed it."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+def no_result(data: dict[str, Any]) -> str:
+    """Why a run named no plan, from its summary: its failures, and what to change."""
+    from sktune.report.export import failed_most_often
+
+    text = (f"no bitwise-exact plan, not even the unfused one: {data['n_complete']} of {data['n_trials']} trials "
+            f"completed, {data['n_failed']} failed{failed_most_often(data)}")
+    reasons = data.get("failure_reasons") or []
+    if reasons and reasons[0][0].startswith("hang"):
+        text += "; a hang is a trial past --trial-timeout: raise it for a model that is slow to compile"
+    return text
 
 
 def _names(flag: str, value: str | None) -> tuple[str, ...] | None:
@@ -147,11 +178,13 @@ class _Progress:
         self.progress.update(self.task, description=f"{study.study_name}: {len(workload.ops)} ops, tuning…")
 
     def on_trial(self, study: Any, trial: Any) -> None:
-        from sktune.tuning.records import TrialAttr, best_record, speedup_of
+        from sktune.tuning.records import TrialAttr, best_record, reused, skipped, speedup_of
         from sktune.tuning.refine import REFINED
 
-        if (str(trial.user_attrs.get(TrialAttr.ANCHOR) or "").startswith(REFINED)  # on top of --trials
-                or TrialAttr.YARDSTICK in trial.user_attrs):
+        # Trials on top of --trials (budget.TrialBudget, loop.py) widen the bar: it never shows 5/4.
+        if (str(trial.user_attrs.get(TrialAttr.ANCHOR) or "").startswith(REFINED)
+                or TrialAttr.YARDSTICK in trial.user_attrs or TrialAttr.PAST_BUDGET in trial.user_attrs
+                or skipped(trial) or reused(trial)):
             self.progress.update(self.task, total=(self.progress.tasks[0].total or 0) + 1)
         best = best_record(study)
         text = (f"{study.study_name}: best exact {speedup_of(best.ratio):.2f}× (trial {best.number})"
@@ -165,6 +198,20 @@ def _speedup(row: dict[str, Any]) -> str:
         return f"{row['speedup']:.2f}× (unfused)"
     lo, hi = row["speedup_ci"]
     return f"{row['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]"
+
+
+def starting_points_line(data: dict[str, Any]) -> str | None:
+    """``best vs the starting points: fuse-all 1.05×; …``: each starting point once (a resumed
+    run refines the best again: the later trial counts), never the best itself (it read 1.00×)."""
+    if data.get("best_trial") is None:
+        return None
+    latest = {a["anchor"]: a for a in data.get("anchors") or [] if a["trial"] != data["best_trial"]}
+    beaten = [a for a in latest.values() if a["best_speedup_over"] and a["anchor"] != "unfused"]
+    if not beaten:
+        return None
+    emulated = " (emulated)" if data.get("emulated") else ""
+    return f"best vs the starting points{emulated}: " + "; ".join(
+        f"{a['anchor']} {a['best_speedup_over']:.2f}×" + ("" if a["bitwise"] else " (not bitwise)") for a in beaten)
 
 
 def _print_summary(data: dict[str, Any]) -> None:
@@ -224,11 +271,8 @@ def _print_summary(data: dict[str, Any]) -> None:
         f"verified on {data['input_sets']} input sets; {data['threads']} thread(s)"
         + (f" on {data['cpu']['name']} ({data['cpu']['capability']} vectors)" if data.get("cpu") else "")
     )
-    beaten = [a for a in data.get("anchors") or [] if a["best_speedup_over"] and a["anchor"] != "unfused"]
-    if beaten and data.get("best_trial") is not None:
-        console.print("best vs the starting points" + emulated + ": " + "; ".join(
-            f"{a['anchor']} {a['best_speedup_over']:.2f}×" + ("" if a["bitwise"] else " (not bitwise)")
-            for a in beaten))
+    if compared := starting_points_line(data):
+        console.print(compared)
     if data.get("verify_shapes"):  # verify_shapes(): checked bitwise, never timed
         console.print(verify_shapes_line(data["verify_shapes"]), highlight=False, markup=False)
     if data.get("capture_limit_warning"):

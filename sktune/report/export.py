@@ -23,6 +23,12 @@ from sktune.tuning.storage import mask_url
 EXPORT_VERSION = 1
 
 
+def failed_most_often(data: dict[str, Any]) -> str:
+    """``; most often: <reason> (n×)`` from a summary, or nothing when no trial failed."""
+    reasons = data.get("failure_reasons") or []
+    return f"; most often: {reasons[0][0]} ({reasons[0][1]}×)" if reasons else ""
+
+
 def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
     """The study's summary and its best feasible plan, or one clear error."""
     from sktune.tuning.summary import summary
@@ -34,8 +40,8 @@ def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
     if data["best_plan"] is None:
         raise ExportError(
             f"study {study.study_name!r} has no bitwise-exact completed trial "
-            f"({data['n_complete']} complete, {data['n_infeasible']} not bitwise, {data['n_failed']} failed); "
-            "run more trials (same --study and --storage resumes it)"
+            f"({data['n_complete']} complete, {data['n_infeasible']} not bitwise, {data['n_failed']} failed"
+            f"{failed_most_often(data)}); run more trials (same --study and --storage resumes it)"
         )
     return data, Plan.from_json(data["best_plan"])
 

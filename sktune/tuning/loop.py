@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import optuna
 
 from sktune.backends import get_backend
+from sktune.errors import SktuneError
 from sktune.tuning.budget import Effort, Patience, TrialBudget
 from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
@@ -27,7 +28,7 @@ from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
-from sktune.tuning.warm_start import warm_plans
+from sktune.tuning.warm_start import check_warm_start_names, warm_plans
 from sktune.tuning.yardsticks import run_yardsticks
 from sktune.tuning.supervisor import SupervisedWorker, runner_config
 from sktune.pipe.workload import Workload
@@ -111,13 +112,19 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     hears what the start-up is doing (a progress line)."""
     status = on_status or (lambda text: None)
     cache_dir = settings.compile_cache
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. run from a folder the user cannot write: the cache lives under it
+        raise SktuneError(f"cannot create sktune's cache folder {cache_dir.resolve()} (under the folder sktune "
+                          f"runs in): {exc.strerror or exc}; run sktune from a folder you can write") from None
     effort = settings.resolved_effort
     probe_cache = str((settings.cache_root / "exactness-probe.json").resolve()) if settings.probe else None
     # Failed trials are recorded with their reason; Optuna's own warning + traceback would
     # only tear through the progress display.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     backend = get_backend(settings.backend)  # e.g. no torch-npu: fail before starting a worker
+    if settings.warm_start:  # before the study is created and a worker starts
+        check_warm_start_names(settings.warm_start, settings.warm_storage or settings.storage, settings.study)
     study, created = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
     measures = measures_space_inputs(study, created)
     # The helper compiles the fuse-all yardstick while the worker probes: only a worker that

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from typing import Any
 
 import optuna
@@ -25,6 +26,13 @@ def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[Pair
         return PairedTiming.from_json(confirm["timing"]), bool(confirm["bitwise"]) and record.feasible, "re-measured"
     assert record.timing is not None
     return record.timing, record.feasible, "search"
+
+
+def failure_reasons(recs: list[TrialRecord], top: int = 3) -> list[list[Any]]:
+    """The most frequent reasons why trials failed, ``[[reason, count], ...]``: where a run
+    that produced no result says why (e.g. every trial hung past --trial-timeout)."""
+    reasons = Counter((r.failure or "no reason recorded").splitlines()[0][:160] for r in recs if r.state == "FAIL")
+    return [[reason, count] for reason, count in reasons.most_common(top)]
 
 
 def summary(study: optuna.Study) -> dict[str, Any]:
@@ -56,6 +64,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "n_infeasible": sum(1 for r in complete if not r.feasible and r.number not in yardsticks),
         "n_yardsticks": len(yardsticks),
         "n_failed": sum(1 for r in recs if r.state == "FAIL"),
+        "failure_reasons": failure_reasons(recs),
         "n_pruned": sum(1 for r in recs if r.state == "PRUNED"),
         # Counted above too, by the state they took: each reused an earlier trial of its plan (tuning/reuse.py).
         "n_reused": sum(1 for t in study.get_trials(deepcopy=False) if reused(t)),

@@ -93,19 +93,26 @@ def mapping_for(old: optuna.Study, workload: Workload, space: SearchSpace) -> st
     return f"changed model, same repeated layer ({len(unit)} ops): its pattern re-stamped over {n_units} layers"
 
 
-def warm_plans(names: Sequence[str], storage: str, workload: Workload, space: SearchSpace,
-               this_study: str) -> list[WarmPlan]:
-    """The best exact plans of each named study, mapped onto this graph (refused: SktuneError)."""
-    backend = make_storage(storage)
-    known = optuna.get_all_study_names(backend)
-    domains = space.domains()
-    out: list[WarmPlan] = []
+def check_warm_start_names(names: Sequence[str], storage: str, this_study: str) -> None:
+    """Each ``--warm-start`` study exists, and none is this one (refused: SktuneError).
+    ``sktune run`` checks this first, before a worker starts (it took seconds to minutes)."""
+    known = [n for n in optuna.get_all_study_names(make_storage(storage)) if n != this_study]
     for name in names:
         if name == this_study:
             raise SktuneError(f"--warm-start {name}: that is this study; resuming it needs no warm start")
         if name not in known:
             raise SktuneError(f"--warm-start: no study named {name!r} in {mask_url(storage)} "
                               f"(studies there: {', '.join(known) or 'none'}; --warm-storage names another)")
+
+
+def warm_plans(names: Sequence[str], storage: str, workload: Workload, space: SearchSpace,
+               this_study: str) -> list[WarmPlan]:
+    """The best exact plans of each named study, mapped onto this graph (refused: SktuneError)."""
+    backend = make_storage(storage)
+    check_warm_start_names(names, storage, this_study)
+    domains = space.domains()
+    out: list[WarmPlan] = []
+    for name in names:
         old = optuna.load_study(study_name=name, storage=backend)
         mapping = mapping_for(old, workload, space)
         best = top_records(old, PLANS_PER_STUDY)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -42,6 +45,7 @@ def test_inspect_finds_the_repeated_layers_of_the_decoder_stack() -> None:
     ("model", "message"),
     [
         ("missing.py", "model file not found"),  # found in the main process
+        (".", "is a folder; name the model's Python file"),  # tests/models itself
         ("syntax_error.py", "syntax error"),  # in the main process too, before a study is created
         ("no_build.py", "does not define build_model"),  # in the worker, loading the file
         # The same path as no_build.py, each message also checked in-process (tests/unit/test_load.py):
@@ -62,7 +66,7 @@ def test_user_errors_are_one_message(test_models: Path, tmp_path: Path, model: s
     assert result.returncode == 1, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    if model == "syntax_error.py":  # a typo leaves no empty study behind to resume
+    if model in ("syntax_error.py", "."):  # a typo leaves no empty study behind to resume
         assert not (tmp_path / "s.db").exists()
     elif command == "run" and model != "missing.py":  # the worker failed: the study it created is gone
         assert optuna.get_all_study_names(f"sqlite:///{tmp_path}/s.db") == []
@@ -98,6 +102,54 @@ def test_bad_or_unreachable_storage_url(test_models: Path, tmp_path: Path, url: 
     assert "Traceback" not in result.stderr
 
 
+def test_outputs_that_cannot_be_written_are_refused_before_any_work(test_models: Path, tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    for args, message in ((["run", str(test_models / "tiny_norm.py"), "--summary-json", "out"], "out is a directory"),
+                          (["run", str(test_models / "tiny_norm.py"), "--summary-json", "no/s.json"], "does not exist"),
+                          (["export", "--study", "s", "--format", "json", "-o", "out"], "out is a directory")):
+        result = sktune(*args, "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "s.db").exists()  # no study was opened, no worker started
+
+
+def test_a_cache_folder_that_cannot_be_made_is_one_message(test_models: Path, tmp_path: Path) -> None:
+    (tmp_path / ".sktune").write_text("")  # the cache lives under .sktune/ in the folder sktune runs in
+    result = sktune("run", str(test_models / "tiny_norm.py"), "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
+    assert result.returncode == 1 and "cannot create sktune's cache folder" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_run_whose_every_trial_failed_says_why_and_exits_1(test_models: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "SKTUNE_TEST_FAULT": ",".join(["raise"] * 20), "SKTUNE_TEST_FAULT_MARKER": str(tmp_path / "n")}
+    result = sktune("run", str(test_models / "tiny_norm.py"), "--trials", "2", "--storage",
+                    f"sqlite:///{tmp_path}/s.db", "--study", "f", "--summary-json", str(tmp_path / "s.json"),
+                    cwd=tmp_path, env=env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    data = json.loads((tmp_path / "s.json").read_text())  # written all the same: it says what failed
+    assert data["n_complete"] == 0 and data["n_failed"] == data["n_trials"] >= 3  # the unfused plan too
+    assert data["failure_reasons"] == [["error: RuntimeError: injected fault", data["n_failed"]]]
+    assert "no bitwise-exact plan, not even the unfused one" in result.stderr
+    assert "most often: error: RuntimeError: injected fault" in result.stderr
+    exported = sktune("export", "--study", "f", "--format", "json", "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
+    assert exported.returncode == 1 and "most often: error: RuntimeError: injected fault" in exported.stderr
+
+
+def test_an_interrupt_during_start_up_says_that_nothing_was_saved(test_models: Path, tmp_path: Path) -> None:
+    run = subprocess.Popen([sys.executable, "-m", "sktune", "run", str(test_models / "slow_build.py"), "--storage",
+                            f"sqlite:///{tmp_path}/s.db", "--study", "s"], cwd=tmp_path, stderr=subprocess.PIPE,
+                           text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "s.db").exists() and time.monotonic() < deadline:  # the study is opened
+        time.sleep(0.1)
+    time.sleep(1.0)  # the worker builds the model for a minute
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130, stderr
+    assert "stopped before the study was prepared, so nothing was saved" in stderr
+    assert optuna.get_all_study_names(f"sqlite:///{tmp_path}/s.db") == []
+
+
 def test_npu_backend_without_torch_npu(studies_dir: Path, tmp_path: Path) -> None:
     result = sktune("run", str(studies_dir / "quant_block.py"), "--backend", "npu", "--trials", "1",
                     "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
@@ -126,3 +178,34 @@ def test_the_start_up_line_announces_only_what_runs(space_inputs: bool, probing:
     progress = _Progress(3)
     progress.on_status(f"starting worker ({startup_steps(space_inputs, probing)})…")
     assert progress.progress.tasks[0].description == f"starting worker ({steps})…"
+
+
+def test_the_progress_bar_widens_for_each_trial_on_top_of_the_budget() -> None:
+    """Skipped, reused and past-budget trials do not use up --trials (budget.TrialBudget,
+    loop.run_unfused_if_missing): the bar read 5/4 at the end of a run."""
+    from sktune.cli.run_cmd import _Progress
+    from sktune.tuning.records import TrialAttr
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study()
+    progress = _Progress(2)
+    for attrs in ({}, {TrialAttr.SKIPPED: "hopeless"}, {TrialAttr.REUSED_FROM: 0}, {TrialAttr.PAST_BUDGET: True}, {}):
+        trial = study.ask()
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        progress.on_trial(study, study.tell(trial, 1.0))
+    task = progress.progress.tasks[0]
+    assert (task.completed, task.total) == (5, 5)
+
+
+def test_the_best_is_compared_with_each_other_starting_point_once() -> None:
+    from sktune.cli.run_cmd import starting_points_line
+
+    def point(anchor: str, trial: int, over: float, bitwise: bool = True) -> dict:
+        return {"anchor": anchor, "trial": trial, "best_speedup_over": over, "bitwise": bitwise}
+
+    anchors = [point("fuse-all", 0, 1.2, bitwise=False), point("unfused", 1, 2.0), point("safe-runs", 2, 1.1),
+               point("best+cpp_wrapper=True", 5, 1.01), point("best+cpp_wrapper=True", 9, 1.11)]  # refined again
+    assert starting_points_line({"best_trial": 2, "anchors": anchors}) == (
+        "best vs the starting points: fuse-all 1.20× (not bitwise); best+cpp_wrapper=True 1.11×")
+    assert starting_points_line({"best_trial": 2, "anchors": anchors[1:3]}) is None  # only unfused and itself

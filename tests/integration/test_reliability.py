@@ -82,7 +82,7 @@ def wait_for_running(storage: str, name: str, after_complete: int, timeout: floa
 
 # ~1 min each (a study interrupted and resumed); CI runs them with the slow tests (.ci/run).
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_interrupted_run_resumes_without_losing_trials(tmp_path: Path, sig: signal.Signals) -> None:
     storage = f"sqlite:///{tmp_path}/s.db"
     args = [str(MODELS / "tiny_norm.py"), "--backend", "inductor", "--storage", storage, "--study", "s"]
@@ -91,9 +91,12 @@ def test_interrupted_run_resumes_without_losing_trials(tmp_path: Path, sig: sign
     run.send_signal(sig)
     out, err = communicate(run, 60)
     complete_before = {t.number for t in finished(storage, "s") if t.state == optuna.trial.TrialState.COMPLETE}
-    if sig == signal.SIGINT:
-        assert run.returncode == 130 and "run the same command again to resume" in err
+    if sig != signal.SIGKILL:  # Ctrl-C, and kill / timeout / a scheduler's cancel: the trial is failed now
+        code, word = (130, "interrupted") if sig == signal.SIGINT else (143, "terminated")
+        assert run.returncode == code and f"{word}: completed trials are saved" in err, err[-2000:]
         assert "Traceback" not in err
+        left = optuna.load_study(study_name="s", storage=storage).get_trials()
+        assert not [t for t in left if t.state == optuna.trial.TrialState.RUNNING]
     again = subprocess.run([sys.executable, "-m", "sktune", "run", *args, "--trials", "1"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]

@@ -61,3 +61,6 @@ def test_warm_starts_that_cannot_map_are_refused_with_the_reason(earlier: Path, 
     result = run(earlier, model, "same", "--warm-start", warm)
     assert result.returncode == 1 and message in result.stderr, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
+    if warm != "earlier":  # checked before the study is created and a worker starts, which it does not list
+        assert "starting worker" not in result.stderr
+        assert "'same'" not in result.stderr.split("studies there:")[-1]
