@@ -85,8 +85,8 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         record_diagnosis(trial, diagnostic, outcome, DEVICE_LOG_HINT)
 
     def objective(trial: optuna.Trial) -> float:
-        # First: a run killed from here on leaves a trial that the next run can fail (an
-        # untagged RUNNING trial stays RUNNING; its suggestions are a storage write each).
+        # sktune's sampler tagged the trial as Optuna created it; again here for any other
+        # sampler (an untagged RUNNING trial stays RUNNING; its suggestions are a write each).
         record_worker(trial, worker_tag())
         anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
         yardstick = trial.user_attrs.get(TrialAttr.YARDSTICK)  # the one shape it runs at (an anchor there)

@@ -43,7 +43,8 @@ from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 from sktune.tuning.move_model import observed_ratio, rank, trial_plan
 from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, is_yardstick, reused, skipped
-from sktune.tuning.trial_writer import record_proposed
+from sktune.tuning.storage import worker_tag
+from sktune.tuning.trial_writer import record_proposed, record_worker_at_ask
 
 N_STARTUP = 10  # random trials before TPE in a study without starting points
 NO_SCOPES_SHARE = 0.1  # how often a random start-up trial is a no-scope plan
@@ -79,6 +80,7 @@ class SktuneSampler(optuna.samplers.BaseSampler):
 
     # -- one trial's mode, decided before it asks for parameters ---------------------
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        record_worker_at_ask(study, trial, worker_tag())  # first: a kill from here on leaves a trial a resume fails
         self._tpe.before_trial(study, trial)
         if self._space is None or FIXED in trial.system_attrs:
             return

@@ -44,6 +44,13 @@ def record_worker(trial: optuna.Trial, tag: dict[str, Any]) -> None:
     trial.set_user_attr(TrialAttr.WORKER, tag)
 
 
+def record_worker_at_ask(study: optuna.Study, trial: FrozenTrial, tag: dict[str, Any]) -> None:
+    """``record_worker`` as the trial is created (the sampler's ``before_trial``), where only
+    the storage can take it: a run killed before the objective's first write left a RUNNING
+    trial that named no worker, which no later run could fail (storage.fail_orphaned_trials)."""
+    study._storage.set_trial_user_attr(trial._trial_id, TrialAttr.WORKER, tag)
+
+
 def record_proposed(study: optuna.Study, trial: FrozenTrial, how: str) -> None:
     """How the sampler chose a sampled trial; written before the trial asks for its
     parameters, when only the storage can take it (sampler.py)."""

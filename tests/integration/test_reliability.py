@@ -68,8 +68,8 @@ def wait_for_complete(storage: str, name: str, n: int, timeout: float = 240) -> 
 def wait_for_running(storage: str, name: str, after_complete: int, timeout: float = 240) -> None:
     """Until ``after_complete`` trials are complete and one is RUNNING in a worker that said so
     (a trial takes well under a second now that regions come from the compile cache: a coarse
-    poll can land between trials). Between Optuna's ask and the objective's first write the
-    trial is RUNNING and names no worker: a kill there is not the case this waits for."""
+    poll can land between trials). Between Optuna creating the trial and the sampler's first
+    write (``before_trial``) it is RUNNING and names no worker: not the case this waits for."""
     wait_for_complete(storage, name, after_complete, timeout)
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -271,3 +271,18 @@ def test_a_new_best_within_the_noise_of_an_earlier_layout_does_not_move_the_cent
     around_step = {n.plan for n in neighbours(space, step.params)}
     assert proposal_after(GAIN / 4) in around_start
     assert proposal_after(4 * GAIN) in around_step
+
+
+def test_a_trial_names_its_worker_as_optuna_creates_it(space: SearchSpace) -> None:
+    """Before the objective runs: a run killed between Optuna's ask and the objective's first
+    write left a RUNNING trial that named no worker, which no later run could fail."""
+    from sktune.tuning.sampler import make_sampler
+    from sktune.tuning.storage import worker_tag
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(sampler=make_sampler(0))
+    attach_space(study, space)
+    study.enqueue_trial({NO_SCOPES: True})
+    for _ in range(2):  # a queued trial, then a sampled one
+        trial = study.ask()
+        assert study._storage.get_trial_user_attrs(trial._trial_id)[TrialAttr.WORKER] == worker_tag()
