@@ -162,8 +162,10 @@ def check_made_by_sktune(study: optuna.Study, where: str) -> None:
     """Refuse a study that ``sktune run`` did not make: an Optuna study of something else
     on a shared storage has trials without plans (a report of it failed on them, and a
     run added its trials to it). A study that sktune is still preparing has its creator."""
-    attrs = study.user_attrs
-    if StudyAttr.SPACE in attrs or StudyAttr.CREATOR in attrs or not study.get_trials(deepcopy=False):
+    if {StudyAttr.SPACE, StudyAttr.CREATOR, StudyAttr.OPS} & study.user_attrs.keys():
+        return
+    trials = study.get_trials(deepcopy=False)
+    if not trials or any(TrialAttr.PLAN in t.user_attrs for t in trials):
         return
     raise SktuneError(f"study {study.study_name!r} in {where} was not made by sktune run (it has trials but no "
                       "sktune record); name another --study")
