@@ -36,7 +36,7 @@ from sktune.tuning.sampler import hopeless_filter
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing
 from sktune.tuning.storage import worker_tag
 from sktune.tuning.trial_notes import note_result
-from sktune.tuning.trial_writer import (mark_pruned, mark_skipped, record_compiled, record_diagnosis,
+from sktune.tuning.trial_writer import (mark_pruned, mark_skipped, mark_stopped, record_compiled, record_diagnosis,
                                         record_failing_range, record_mismatches, record_overhead, record_plan,
                                         record_shapes, record_waited_for, record_worker, write_failure, write_result,
                                         write_timing)
@@ -177,4 +177,11 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
                 enqueue_dcci_seed(trial, space, failing, float(timing.ratio))
         return float(timing.ratio)
 
-    return objective
+    def stoppable(trial: optuna.Trial) -> float:
+        try:
+            return objective(trial)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (cli/run_cmd.py): not the plan's failure
+            mark_stopped(trial)
+            raise
+
+    return stoppable

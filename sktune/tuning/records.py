@@ -114,6 +114,19 @@ def has_ratio(trial: FrozenTrial) -> bool:
     return trial.value is not None and math.isfinite(trial.value)
 
 
+INTERRUPTED = "interrupted:"  # the start of the failure reason of a trial whose run was stopped or killed
+
+
+def interrupted(trial: FrozenTrial) -> bool:
+    """Failed because its run stopped (Ctrl-C, SIGTERM, a kill), not because of its plan: its
+    reason says so, or there is none (a stop before the objective wrote one). Its plan is
+    measured again: not reused (reuse.py), and a starting point is queued again (resume.py)."""
+    if trial.state != TrialState.FAIL:
+        return False
+    reason = trial.user_attrs.get(TrialAttr.FAILURE)
+    return not reason or str(reason).startswith(INTERRUPTED)
+
+
 def skipped(trial: FrozenTrial) -> bool:
     """Skipped without a compile: hopeless by the exactness probe, or over the scope cap."""
     return TrialAttr.SKIPPED in trial.user_attrs

@@ -20,7 +20,7 @@ from sktune.errors import SktuneError
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner
 from sktune.tuning.creator import await_creator_record, record_creator
-from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.records import StudyAttr, TrialAttr, interrupted
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import check_made_by_sktune, fail_orphaned_trials, make_storage, mask_url
@@ -50,8 +50,11 @@ class StartingQueue:
         self.points = tuple(points)
 
     def pending(self, study: optuna.Study) -> list[Named]:
-        """The starting points whose parameters no trial of the study has (queued, run or sampled)."""
-        present = [t.system_attrs.get(FIXED, t.params) for t in study.get_trials(deepcopy=False)]
+        """The starting points whose parameters no trial of the study has (queued, run or
+        sampled). A trial whose run was stopped or killed does not count: its starting point
+        was lost on resume (a Ctrl-C during the anchor that was the best plan, say)."""
+        present = [t.system_attrs.get(FIXED, t.params) for t in study.get_trials(deepcopy=False)
+                   if not interrupted(t)]
         return [(name, params) for name, params in self.points if params not in present]
 
     def top_up(self, study: optuna.Study) -> str | None:

@@ -42,8 +42,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.plan import Plan
-from sktune.tuning.records import TrialAttr, is_yardstick, reused, skipped
-from sktune.tuning.trial_writer import INTERRUPTED, record_reused
+from sktune.tuning.records import TrialAttr, interrupted, is_yardstick, reused, skipped
+from sktune.tuning.trial_writer import record_reused
 
 # The result attributes a copy carries. Costs (compile_s, measure_s, overhead_s,
 # static_compile) and the run's own facts (observed) stay with the trial that paid them.
@@ -58,8 +58,7 @@ def reusable(trial: FrozenTrial) -> bool:
     if skipped(trial) or reused(trial) or is_yardstick(trial) or TrialAttr.PLAN not in trial.user_attrs:
         return False  # a yardstick ran at one shape only: no outcome for the plan as a whole
     if trial.state == TrialState.FAIL:
-        reason = trial.user_attrs.get(TrialAttr.FAILURE)
-        return bool(reason) and not str(reason).startswith(INTERRUPTED)
+        return not interrupted(trial)
     if trial.state == TrialState.PRUNED:
         return TrialAttr.PRUNED in trial.user_attrs
     return trial.state == TrialState.COMPLETE and trial.value is not None

@@ -19,11 +19,10 @@ from optuna.trial import FrozenTrial
 from sktune.measure.stats import PairedTiming
 from sktune.pipe.protocol import BisectResult, StaticCompile, TrialResult, WorkerFailure
 from sktune.plan import Plan
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.records import INTERRUPTED, TrialAttr
 from sktune.tuning.shapes import ShapeOutcome
 
 TRACE_CHARS = 4000  # the end of a failure's traceback kept in the study
-INTERRUPTED = "interrupted:"  # the start of a killed run's failure reason (``mark_interrupted``)
 
 
 # -- before the compile -------------------------------------------------------------
@@ -134,6 +133,11 @@ def write_failure(trial: optuna.Trial, failure: WorkerFailure) -> None:
     trial.set_user_attr(TrialAttr.FAILURE, failure.reason)
     if failure.trace:
         trial.set_user_attr(TrialAttr.FAILURE_TRACE, failure.trace[-TRACE_CHARS:])
+
+
+def mark_stopped(trial: optuna.Trial) -> None:
+    """The run was stopped (Ctrl-C, SIGTERM) during this trial: not its plan's failure."""
+    trial.set_user_attr(TrialAttr.FAILURE, f"{INTERRUPTED} the run was stopped (Ctrl-C or SIGTERM)")
 
 
 def mark_interrupted(storage: BaseStorage, trial_id: int) -> None:

@@ -127,6 +127,32 @@ def test_a_resumed_run_and_a_second_worker_continue_the_same_list(space: SearchS
     assert ran == [name for name, _ in queue.points]  # each once, in order, none lost
 
 
+def test_a_starting_point_whose_run_was_stopped_is_queued_again(space: SearchSpace) -> None:
+    """A Ctrl-C, SIGTERM or kill during a starting point is not its plan's failure: a resume
+    runs it (it counted as done, and the starting point was lost). A plan's own failure is done."""
+    from sktune.tuning.trial_writer import mark_interrupted, mark_stopped
+
+    study = new_study()
+    queue = StartingQueue([("a", {"x": 1}), ("b", {"x": 2}), ("c", {"x": 3}), ("d", {"x": 4})])
+    distribution = optuna.distributions.IntDistribution(0, 9)
+
+    def failed(params: dict, why: str | None) -> None:
+        trial = study.ask({"x": distribution})
+        assert trial.params == params
+        if why == "stopped":
+            mark_stopped(trial)
+        elif why == "killed":
+            mark_interrupted(study._storage, trial._trial_id)
+        elif why is not None:
+            trial.set_user_attr(TrialAttr.FAILURE, why)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    for (name, params), why in zip(queue.points, ("stopped", "killed", None, "hang: no answer within 600 s")):
+        study.enqueue_trial(params)
+        failed(params, why)
+    assert [name for name, _ in queue.pending(study)] == ["a", "b", "c"]  # d failed by its plan: done
+
+
 def test_warm_start_plans_run_first_on_a_new_and_on_a_resumed_study(space: SearchSpace) -> None:
     study = new_study()
     warm = ("warm:earlier#7", {**starting_points(space, describe())[-1][1]})
