@@ -76,8 +76,10 @@ def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Tria
     if params is None or ran_anchor(study, UNFUSED):
         return
     log.info("running the unfused plan for the finalists' round: the search ended before it ran")
-    study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: UNFUSED, TrialAttr.PAST_BUDGET: True},
-                        skip_if_exists=True)
+    # Unless a trial has its plan (queued, run, sampled): Optuna's skip_if_exists, except
+    # that a trial whose run was stopped does not count (it would never run again).
+    if (UNFUSED, params) in starting.pending(study):
+        study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: UNFUSED, TrialAttr.PAST_BUDGET: True})
     trials = study.get_trials(deepcopy=False)
     unfused = max((t.number for t in trials if t.user_attrs.get(TrialAttr.ANCHOR) == UNFUSED), default=-1)
     # Optuna runs the waiting trials oldest first: those queued before it (another worker's,

@@ -261,9 +261,10 @@ def anchor_record(study: optuna.Study, anchor: str) -> TrialRecord | None:
 
 
 def ran_anchor(study: optuna.Study, anchor: str) -> bool:
-    """Whether the study already ran (or began) the named anchor; one only queued has not."""
+    """Whether the study already ran (or began) the named anchor; one only queued, or whose
+    run was stopped (``interrupted``), has not."""
     return any(t.user_attrs.get(TrialAttr.ANCHOR) == anchor and t.state != optuna.trial.TrialState.WAITING
-               for t in study.get_trials(deepcopy=False))
+               and not interrupted(t) for t in study.get_trials(deepcopy=False))
 
 
 def best_plan(study: optuna.Study) -> Plan | None:

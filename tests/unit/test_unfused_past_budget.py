@@ -75,3 +75,26 @@ def test_nothing_more_runs_once_another_worker_began_the_unfused_plan(space: Sea
     search(study, objective, Effort(1, CHUNKS, None, 0), callbacks=[other_worker_takes_unfused], starting=queue)
     assert anchors(study) == ["a", "other worker's", UNFUSED]  # no sampled plan in place of unfused
     assert study.trials[2].state == optuna.trial.TrialState.RUNNING
+
+
+def test_an_unfused_trial_whose_run_was_stopped_runs_again(space: SearchSpace) -> None:
+    """A Ctrl-C during the unfused plan: it counted as run (and Optuna's skip_if_exists saw its
+    plan), so no later run measured it and the finalists' round had no unfused plan."""
+    from sktune.tuning.trial_writer import mark_stopped
+
+    a, _, _ = distinct(space)
+    unfused = space.params_for([False] * len(space.blocks))
+    queue = StartingQueue([("a", a), (UNFUSED, unfused)])
+    worker = ScriptedWorker([result(0.5), result(1.0)])
+    objective = make_objective(space, worker, ObjectiveRules(CHUNKS, 60.0), TARGETS, None)
+    study = optuna.create_study(direction="minimize", pruner=ClearlyWorsePruner())
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study.enqueue_trial(unfused, user_attrs={TrialAttr.ANCHOR: UNFUSED})
+    stopped = study.ask()
+    mark_stopped(stopped)
+    study.tell(stopped, state=optuna.trial.TrialState.FAIL)
+
+    queue.top_up(study)  # the resumed run
+    search(study, objective, Effort(1, CHUNKS, None, 0), starting=queue)  # --trials 1
+    assert anchors(study) == [UNFUSED, "a", UNFUSED]
+    assert study.trials[-1].state == optuna.trial.TrialState.COMPLETE
