@@ -25,12 +25,14 @@ from sktune.tuning.supervisor import WORKER_START_TIMEOUT_S
 log = logging.getLogger(__name__)
 
 
-def record_creator(study: optuna.Study) -> None:
-    """Say in the study that this run created it, so that it prepares it; its heartbeat
-    first, at 0 (``creator_heartbeat`` raises it), so that a worker that sees the creator
-    sees its heartbeat."""
+def record_creator(study: optuna.Study) -> dict[str, Any]:
+    """Say in the study that this run created it, so that it prepares it; the record. Its
+    heartbeat first, at 0 (``CreatorHeartbeat`` raises it), so that a worker that sees the
+    creator sees its heartbeat."""
+    record = {**worker_tag(), "at": time.time()}
     study.set_user_attr(StudyAttr.CREATOR_BEAT, 0)
-    study.set_user_attr(StudyAttr.CREATOR, {**worker_tag(), "at": time.time()})
+    study.set_user_attr(StudyAttr.CREATOR, record)
+    return record
 
 
 RECORD_POLL_S = 0.1
@@ -54,9 +56,8 @@ def await_creator_record(study: optuna.Study) -> None:
 
 PREPARE_POLL_S = 1.0  # how often a worker waiting for the study's creator looks at the study
 # The creator's worker has WORKER_START_TIMEOUT_S to start, or the creator fails and deletes
-# the study (``dropped_unless_prepared``); preparing takes seconds more. A creator that
-# created it longer ago is gone: the bound for a creator without a heartbeat (an older
-# sktune), and where the clocks of two hosts disagree by less than the slack.
+# the study (``dropped_unless_prepared``); preparing takes seconds more. A creator without a
+# heartbeat (an older sktune) that created it longer ago is gone.
 CREATOR_SLACK_S = 120.0
 CREATOR_PATIENCE_S = WORKER_START_TIMEOUT_S + CREATOR_SLACK_S
 # A creator killed on another host cannot be looked at from here (pid), and the clocks of
@@ -66,39 +67,72 @@ CREATOR_BEAT_S = 10.0
 CREATOR_SILENCE_S = 60.0
 
 
-@contextlib.contextmanager
-def creator_heartbeat(study: optuna.Study, created: bool) -> Iterator[None]:
-    """While the creator prepares the study, raise its heartbeat every ``CREATOR_BEAT_S``
-    (a thread); nothing for a run that did not create the study.
+class CreatorHeartbeat:
+    """While this run prepares the study as its creator, raise its heartbeat every
+    ``CREATOR_BEAT_S`` (a thread); ``start`` it there, and leave it (``with``) at the end.
 
-    It stops once the study is prepared (its space is written), or when the run ends or
-    fails. Before it, a creator killed on another host during its start-up kept its
-    waiters for up to ``CREATOR_PATIENCE_S`` (12 minutes).
+    It stops once the study is prepared (its space is written) or deleted, or when the run
+    ends or fails; a storage error misses one beat, not all (a live creator thought dead
+    would have its waiters prepare the study beside it). Before it, a creator killed on
+    another host during its start-up kept its waiters for up to ``CREATOR_PATIENCE_S``
+    (12 minutes).
     """
-    if not created:
-        yield
-        return
-    stop = threading.Event()
 
-    def beat() -> None:
+    def __init__(self, study: optuna.Study) -> None:
+        self.study = study
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._beat, name="sktune-creator-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _beat(self) -> None:
         count = 0
-        while not stop.wait(CREATOR_BEAT_S):
+        while not self._stop.wait(CREATOR_BEAT_S):
             try:
-                if StudyAttr.SPACE in study.user_attrs:
+                if StudyAttr.SPACE in self.study.user_attrs:
                     return
                 count += 1
-                study.set_user_attr(StudyAttr.CREATOR_BEAT, count)
-            except Exception as exc:  # the study deleted (a failed start-up), the storage down: the run says why
-                log.debug("the creator's heartbeat stopped: %s", mask_url(str(exc)))
+                self.study.set_user_attr(StudyAttr.CREATOR_BEAT, count)
+            except KeyError:  # the study was deleted (a failed start-up): the run says why
                 return
+            except Exception as exc:  # e.g. "database is locked": the next beat tries again
+                log.debug("the creator's heartbeat missed a beat: %s", mask_url(str(exc)))
 
-    thread = threading.Thread(target=beat, name="sktune-creator-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=CREATOR_BEAT_S)
+    def __enter__(self) -> "CreatorHeartbeat":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=CREATOR_BEAT_S)
+
+
+def creator_heartbeat(study: optuna.Study, created: bool) -> CreatorHeartbeat:
+    """The heartbeat of this run as the study's creator: beating if it created the study,
+    else ready to ``start`` should it take over (``take_over``)."""
+    heartbeat = CreatorHeartbeat(study)
+    if created:
+        heartbeat.start()
+    return heartbeat
+
+
+TAKEOVER_SETTLE_S = 2.0  # how long a worker that took over waits to see whether another one did too
+
+
+def take_over(study: optuna.Study) -> bool:
+    """Record this run as the creator of a study whose creator is gone; whether it now is.
+
+    Every worker waiting for the gone creator notices it within a poll of the others, and
+    each would prepare the study over the others' writes. Each records itself; the last
+    record stands, and the others wait for that one (``wait_for_creator`` starts its count
+    of silence again when the record changes).
+    """
+    mine = record_creator(study)
+    pause(TAKEOVER_SETTLE_S)
+    return _user_attrs(study).get(StudyAttr.CREATOR) == mine
 
 
 def pause(seconds: float) -> None:
@@ -130,18 +164,20 @@ def wait_for_creator(study: optuna.Study) -> bool:
     attribute, so the stored profile could be one worker's and the space another's, and
     the workers searched spaces that differed. Now only the creator records them; a
     worker that loaded the study waits for them and takes them (``reuse_space_inputs``).
-    It does not wait for a creator that is gone from this host, whose heartbeat has been
-    silent for ``CREATOR_SILENCE_S`` (killed on another host), or that created the study
-    longer ago than any start-up takes (``CREATOR_PATIENCE_S``): then it prepares the
-    study itself, as the creator would have.
+    It does not wait for a creator that is gone from this host, or whose heartbeat has
+    been silent for ``CREATOR_SILENCE_S`` (killed on another host); nor for one without a
+    heartbeat (an older sktune) that created the study longer ago than any start-up takes
+    (``CREATOR_PATIENCE_S``). Then it returns False, and the caller takes over
+    (``take_over``) or waits again for the worker that did.
     """
-    last_beat, silent_s = None, 0.0
+    heard, silent_s = None, 0.0
     while StudyAttr.SPACE not in (attrs := _user_attrs(study)):
         beat = attrs.get(StudyAttr.CREATOR_BEAT)  # None: a creator without a heartbeat (older sktune)
         # Polls counted, not clock read: a poll takes at least PREPARE_POLL_S, so a live
-        # creator is never thought silent early.
-        silent_s = silent_s + PREPARE_POLL_S if beat == last_beat else 0.0
-        last_beat = beat
+        # creator is never thought silent early. A new creator (one took over) starts it again.
+        now = (attrs.get(StudyAttr.CREATOR), beat)
+        silent_s = silent_s + PREPARE_POLL_S if now == heard else 0.0
+        heard = now
         if not _awaited(attrs) or (beat is not None and silent_s > CREATOR_SILENCE_S):
             return False
         pause(PREPARE_POLL_S)
@@ -158,9 +194,12 @@ def awaited_creator(study: optuna.Study) -> str | None:
 
 
 def _awaited(attrs: dict[str, Any]) -> bool:
-    """Whether the study's creator may still prepare it."""
+    """Whether the study's creator may still prepare it. Its clock is compared with this
+    host's only where it has no heartbeat (an older sktune)."""
     creator = attrs.get(StudyAttr.CREATOR)
-    return bool(creator) and time.time() - creator["at"] <= CREATOR_PATIENCE_S and may_be_alive(creator)
+    if not creator or not may_be_alive(creator):
+        return False
+    return StudyAttr.CREATOR_BEAT in attrs or time.time() - creator["at"] <= CREATOR_PATIENCE_S
 
 
 def _user_attrs(study: optuna.Study) -> dict[str, Any]:

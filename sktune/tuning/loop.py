@@ -23,7 +23,7 @@ from sktune.space.search_space import UNFUSED
 from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
 from sktune.tuning.refine import refine_best
 from sktune.tuning.creator import (awaited_creator, creator_heartbeat, dropped_unless_prepared, measures_space_inputs,
-                                   wait_for_creator)
+                                   take_over, wait_for_creator)
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.trial_writer import mark_past_budget
@@ -128,61 +128,66 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     if settings.warm_start:  # before the study is created and a worker starts
         check_warm_start_names(settings.warm_start, settings.warm_storage or settings.storage, settings.study)
     study, created = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
-    measures = measures_space_inputs(study, created)
-    # The helper compiles the fuse-all yardstick while the worker probes: only a worker that
-    # probes (a second one would compile it again beside the creator's probe).
-    prefetch = settings.compile_helper and not ran_anchor(study, FUSE_ALL)
-    config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
-                           threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
-                           probe_cache=probe_cache, shapes=settings.shapes,
-                           capture_cache=str((settings.cache_root / "captures").resolve()),
-                           compile_helper=settings.compile_helper,
-                           prefetch_fuse_all=prefetch and measures, space_inputs=measures)
-    probing = probe_cache is not None and backend.probes_exactness
-    status(f"starting worker ({startup_steps(measures, probing)})…")
-    with (dropped_unless_prepared(study, created, settings.storage), creator_heartbeat(study, created),
-          SupervisedWorker(config, str(cache_dir)) as worker):
-        started = worker.start()
-        if not measures:
-            if waiting := awaited_creator(study):
-                status(f"waiting for {waiting} (it measures the op profile and probe answers)…")
-            if not wait_for_creator(study):
-                status(f"starting worker again ({startup_steps(True, probing)})…")
-                # Its creator is gone: this run prepares the study.
-                started = worker.restart_with(space_inputs=True, prefetch_fuse_all=prefetch)
-        workload = reuse_space_inputs(study, started)
-        space = space_from_workload(workload)
-        warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, workload, space,
-                          settings.study) if settings.warm_start else []
-        starting = prepare(study, workload, space, settings.model_path,
-                           {StudyAttr.THREADS: settings.threads, StudyAttr.INPUT_SETS: settings.input_sets},
-                           settings.allow_changed, first=[(w.anchor, w.params) for w in warm])
-        # The study notes where its first plans came from, each once: a resumed run and
-        # workers started together with the same --warm-start map the same plans.
-        noted = study.user_attrs.get(StudyAttr.WARM_START) or []
-        if new_notes := [entry for entry in (w.to_json() for w in warm) if entry not in noted]:
-            study.set_user_attr(StudyAttr.WARM_START, noted + new_notes)
-        if on_ready:
-            on_ready(study, workload)
-        rules = ObjectiveRules(
-            chunks=effort.chunks, trial_timeout=settings.trial_timeout,
-            bisect_runs=backend.default_bisect_runs if settings.bisect_runs is None else settings.bisect_runs,
-            diagnoses=settings.diagnose, diagnostic_plan=backend.diagnostic_plan,
-            shapes=workload.shape_weights,
-        )
-        objective = make_objective(space, worker, rules, workload.targets, workload.exact())
-        phases = PhaseClock()  # where this run's time went after start-up
-        with phases("search"):
-            search(study, objective, effort, settings.timeout, callbacks, starting)
-        with phases("refine"):
-            refine_best(study, space, objective, callbacks, effort.whole_region_cap)
-        with phases("yardsticks"):  # each shape's own candidates, at that shape only: the regret's yardstick
-            run_yardsticks(study, space, workload, objective, callbacks, effort.whole_region_cap)
-        with phases("finalists"):
-            confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
-        with phases("profiles"):
-            profile_baseline_and_best(study, worker, settings.trial_timeout)
-        study.set_user_attr(StudyAttr.PHASES_S, phases.seconds)
+    # From the study's creation on, a failure (or a stop) leaves no empty study behind.
+    with dropped_unless_prepared(study, created, settings.storage):
+        measures = measures_space_inputs(study, created)
+        # The helper compiles the fuse-all yardstick while the worker probes: only a worker that
+        # probes (a second one would compile it again beside the creator's probe).
+        prefetch = settings.compile_helper and not ran_anchor(study, FUSE_ALL)
+        config = runner_config(model_path=str(settings.model_path), backend=settings.backend,
+                               threads=settings.threads, input_sets=settings.input_sets, n_batches=effort.n_batches,
+                               probe_cache=probe_cache, shapes=settings.shapes,
+                               capture_cache=str((settings.cache_root / "captures").resolve()),
+                               compile_helper=settings.compile_helper,
+                               prefetch_fuse_all=prefetch and measures, space_inputs=measures)
+        probing = probe_cache is not None and backend.probes_exactness
+        status(f"starting worker ({startup_steps(measures, probing)})…")
+        with creator_heartbeat(study, created) as heartbeat, SupervisedWorker(config, str(cache_dir)) as worker:
+            started = worker.start()
+            if not measures:
+                if waiting := awaited_creator(study):
+                    status(f"waiting for {waiting} (it measures the op profile and probe answers)…")
+                while not wait_for_creator(study):
+                    if take_over(study):  # its creator is gone: this run prepares the study
+                        heartbeat.start()
+                        status(f"starting worker again ({startup_steps(True, probing)})…")
+                        started = worker.restart_with(space_inputs=True, prefetch_fuse_all=prefetch)
+                        break
+                    if waiting := awaited_creator(study):  # another waiting worker took over
+                        status(f"waiting for {waiting} (it measures the op profile and probe answers)…")
+            workload = reuse_space_inputs(study, started)
+            space = space_from_workload(workload)
+            warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, workload, space,
+                              settings.study) if settings.warm_start else []
+            starting = prepare(study, workload, space, settings.model_path,
+                               {StudyAttr.THREADS: settings.threads, StudyAttr.INPUT_SETS: settings.input_sets},
+                               settings.allow_changed, first=[(w.anchor, w.params) for w in warm])
+            # The study notes where its first plans came from, each once: a resumed run and
+            # workers started together with the same --warm-start map the same plans.
+            noted = study.user_attrs.get(StudyAttr.WARM_START) or []
+            if new_notes := [entry for entry in (w.to_json() for w in warm) if entry not in noted]:
+                study.set_user_attr(StudyAttr.WARM_START, noted + new_notes)
+            if on_ready:
+                on_ready(study, workload)
+            rules = ObjectiveRules(
+                chunks=effort.chunks, trial_timeout=settings.trial_timeout,
+                bisect_runs=backend.default_bisect_runs if settings.bisect_runs is None else settings.bisect_runs,
+                diagnoses=settings.diagnose, diagnostic_plan=backend.diagnostic_plan,
+                shapes=workload.shape_weights,
+            )
+            objective = make_objective(space, worker, rules, workload.targets, workload.exact())
+            phases = PhaseClock()  # where this run's time went after start-up
+            with phases("search"):
+                search(study, objective, effort, settings.timeout, callbacks, starting)
+            with phases("refine"):
+                refine_best(study, space, objective, callbacks, effort.whole_region_cap)
+            with phases("yardsticks"):  # each shape's own candidates, at that shape only: the regret's yardstick
+                run_yardsticks(study, space, workload, objective, callbacks, effort.whole_region_cap)
+            with phases("finalists"):
+                confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
+            with phases("profiles"):
+                profile_baseline_and_best(study, worker, settings.trial_timeout)
+            study.set_user_attr(StudyAttr.PHASES_S, phases.seconds)
     return study
 
 

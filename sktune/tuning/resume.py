@@ -19,7 +19,7 @@ import optuna
 from sktune.errors import SktuneError
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner
-from sktune.tuning.creator import await_creator_record, record_creator
+from sktune.tuning.creator import await_creator_record, dropped_unless_prepared, record_creator
 from sktune.tuning.records import StudyAttr, TrialAttr, interrupted
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
@@ -89,12 +89,13 @@ def open_study(name: str, storage: str, seed: int | None) -> tuple[optuna.Study,
     except Exception as exc:
         message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
         raise SktuneError(f"cannot open study {name!r} in {mask_url(storage)}: {message}") from None
-    if created:
-        record_creator(study)
-    else:
-        check_made_by_sktune(study, mask_url(storage))  # before the wait: such a study has trials
-        await_creator_record(study)
-    fail_orphaned_trials(study, backend)
+    with dropped_unless_prepared(study, created, storage):  # a stop from here on leaves no empty study
+        if created:
+            record_creator(study)
+        else:
+            check_made_by_sktune(study, mask_url(storage))  # before the wait: such a study has trials
+            await_creator_record(study)
+        fail_orphaned_trials(study, backend)
     return study, created
 
 

@@ -251,16 +251,22 @@ def test_a_creator_gone_from_this_host_or_too_long_ago_is_not_waited_for(
     monkeypatch.setattr(creator, "pause", waits.append)
     study.set_user_attr(StudyAttr.CREATOR, {"host": socket.gethostname(), "pid": int(gone.stdout), "at": time.time()})
     assert not wait_for_creator(study)
-    study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time() - 3600})
-    assert not wait_for_creator(study)
+    # An older sktune's creator has no heartbeat: its clock is all there is to go by.
+    older = optuna.create_study(study_name="older", storage=make_storage(f"journal:{tmp_path}/s.log"))
+    older.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time() - 3600})
+    assert not wait_for_creator(older)
     assert waits == []  # neither was waited for: the worker prepares the study itself
-    study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time() - 60})
 
     def stop(seconds: float) -> None:
         raise TimeoutError
 
     monkeypatch.setattr(creator, "pause", stop)
+    older.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time() - 60})
     with pytest.raises(TimeoutError):  # started a minute ago on another host: may be starting still
+        wait_for_creator(older)
+    # One with a heartbeat: its silence counts (the next test), not the clock of another host.
+    study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time() - 3600})
+    with pytest.raises(TimeoutError):
         wait_for_creator(study)
 
 
@@ -357,6 +363,72 @@ def test_the_creator_beats_while_it_prepares_the_study_and_stops_once_it_is_prep
     with creator.creator_heartbeat(waiter, False):  # a run that loaded the study does not beat
         time.sleep(0.1)
     assert beat_seen() == stopped
+
+
+def test_one_of_the_workers_that_outwait_a_gone_creator_takes_over_and_the_others_wait_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each waiter notices the silence within a poll of the others: each would prepare the
+    study over the others' writes. The last record stands; its silence is counted afresh."""
+    url = f"journal:{tmp_path}/s.log"
+    study, _ = open_study("s", url, 0)
+    study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time()})  # never beats
+    first, _ = open_study("s", url, 1)
+    second, _ = open_study("s", url, 2)
+    monkeypatch.setattr(creator, "pause", lambda seconds: None)
+    assert not wait_for_creator(first) and not wait_for_creator(second)  # both outwaited its silence
+    monkeypatch.setattr(creator, "pause", lambda seconds: creator.record_creator(second))  # second writes after
+    assert not creator.take_over(first)  # the second's record stands
+    monkeypatch.setattr(creator, "pause", lambda seconds: None)
+    assert creator.take_over(second)
+    polls: list[float] = []
+
+    def second_prepares_late(seconds: float) -> None:  # slower than one silence: its count was raised
+        polls.append(seconds)
+        if len(polls) % 10 == 0:
+            second.set_user_attr(StudyAttr.CREATOR_BEAT, len(polls))
+        if len(polls) == 150:
+            second.set_user_attr(StudyAttr.SPACE, {"signature": "prepared"})
+
+    monkeypatch.setattr(creator, "pause", second_prepares_late)
+    assert wait_for_creator(first) and len(polls) == 150
+
+
+def test_a_new_creator_record_starts_the_count_of_silence_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"journal:{tmp_path}/s.log"
+    study, _ = open_study("s", url, 0)
+    study.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": time.time()})  # never beats
+    waiter, _ = open_study("s", url, 1)
+    polls: list[float] = []
+
+    def another_waiter_takes_over_at_55_s(seconds: float) -> None:  # its heartbeat is at 0 too, for a while
+        polls.append(seconds)
+        if len(polls) == 55:
+            creator.record_creator(study)
+        if len(polls) == 100:
+            study.set_user_attr(StudyAttr.SPACE, {"signature": "prepared"})
+
+    monkeypatch.setattr(creator, "pause", another_waiter_takes_over_at_55_s)
+    assert wait_for_creator(waiter)  # not given up at 61 s: the new creator was silent for 45 s only
+
+
+def test_the_heartbeat_misses_a_beat_on_a_storage_error_not_all(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    study, created = open_study("s", f"journal:{tmp_path}/s.log", 0)
+    monkeypatch.setattr(creator, "CREATOR_BEAT_S", 0.01)
+    write, errors = study.set_user_attr, []
+
+    def locked_once(key: str, value: object) -> None:  # e.g. SQLite's "database is locked"
+        if not errors:
+            errors.append(key)
+            raise optuna.exceptions.StorageInternalError("database is locked")
+        write(key, value)
+
+    monkeypatch.setattr(study, "set_user_attr", locked_once)
+    with creator.creator_heartbeat(study, created):
+        deadline = time.monotonic() + 30
+        while study.user_attrs[StudyAttr.CREATOR_BEAT] < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert errors == [StudyAttr.CREATOR_BEAT] and study.user_attrs[StudyAttr.CREATOR_BEAT] >= 3
 
 
 def test_a_worker_measures_its_space_inputs_only_where_it_records_them(tmp_path: Path) -> None:
