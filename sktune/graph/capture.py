@@ -81,10 +81,13 @@ def capture(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> OpGraph:
             torch.compile(model, backend=backend, fullgraph=True, dynamic=False)(*inputs)
     # A branch on a tensor's value (`.item()`) is a UserError ("could not guard on
     # data-dependent expression") in this torch, not Unsupported: a graph break all the same.
+    # Other UserErrors (invalid input, constraint violations) are the forward's own failure.
     except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as exc:
+        if isinstance(exc, torch._dynamo.exc.UserError) and not _data_dependent(exc):
+            raise CaptureError(f"capturing the forward failed: {type(exc).__name__}: {_short(exc)}") from exc
         frame = getattr(exc, "innermost_user_frame_summary", None)
         where = f" at {frame.filename}:{frame.lineno} ({frame.line})" if frame is not None else ""
-        hint = _DATA_DEPENDENT_HINT if "data-dependent" in str(exc) else ""
+        hint = _DATA_DEPENDENT_HINT if _data_dependent(exc) else ""
         raise CaptureError(
             f"the forward cannot be captured as one graph (graph break{where}){hint}:\n{_short(exc)}"
         ) from exc
@@ -115,6 +118,12 @@ def opgraph_from(gm: fx.GraphModule, flat_args: Sequence[torch.Tensor],
         ops.append(Op(i, node.name, op_type(node, gm), module, module_type, source_of(node)))
     boundaries = legal_boundaries(len(nodes), tuple_spans(nodes))
     return OpGraph(gm, tuple(t.detach() for t in flat_args), positions, tuple(ops), tuple(boundaries))
+
+
+def _data_dependent(exc: Exception) -> bool:
+    """A branch on a tensor's value: Dynamo's dynamic control flow, or its data-dependent guard."""
+    return (getattr(exc, "error_type", None) == torch._dynamo.exc.UserErrorType.DYNAMIC_CONTROL_FLOW
+            or "data-dependent" in str(exc).lower())
 
 
 _DATA_DEPENDENT_HINT = ("; it branches on a tensor's value (e.g. `.item()`), which a compiled graph cannot:"
