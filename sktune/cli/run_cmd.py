@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
+import threading
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -82,9 +85,8 @@ def run_command(
             warm_storage=warm_storage,
         )
         progress = _Progress(settings.resolved_effort.trials)
-        signal.signal(signal.SIGTERM, _terminated)
         try:
-            with progress:
+            with sigterm_as_interrupt(), progress:
                 result = tune(settings, callbacks=[progress.on_trial], on_ready=progress.on_ready,
                               on_status=progress.on_status)
         except KeyboardInterrupt as stop:
@@ -120,6 +122,21 @@ def _terminated(signum: int, frame: Any) -> None:
     raise Terminated
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` while the tuning runs; the handler before it after (a
+    stop during the summary's writes ends the process as before). Only the main thread may
+    set a handler: elsewhere (sktune run called from a thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def no_result(data: dict[str, Any]) -> str:
     """Why a run named no plan, from its summary: its failures, and what to change."""
     from sktune.report.export import failed_most_often
@@ -150,9 +167,12 @@ class _Progress:
     def __init__(self, total: int) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        from sktune.tuning.budget import TrialBudget
+
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=err_console, transient=False)
         self.task = self.progress.add_task("opening the study…", total=total)
+        self.budget = TrialBudget(total)  # the search's rule for what uses up --trials
 
     def __enter__(self) -> "_Progress":
         self.progress.__enter__()
@@ -178,13 +198,15 @@ class _Progress:
         self.progress.update(self.task, description=f"{study.study_name}: {len(workload.ops)} ops, tuning…")
 
     def on_trial(self, study: Any, trial: Any) -> None:
-        from sktune.tuning.records import TrialAttr, best_record, reused, skipped, speedup_of
+        from sktune.tuning.records import TrialAttr, best_record, speedup_of
         from sktune.tuning.refine import REFINED
 
-        # Trials on top of --trials (budget.TrialBudget, loop.py) widen the bar: it never shows 5/4.
-        if (str(trial.user_attrs.get(TrialAttr.ANCHOR) or "").startswith(REFINED)
-                or TrialAttr.YARDSTICK in trial.user_attrs or TrialAttr.PAST_BUDGET in trial.user_attrs
-                or skipped(trial) or reused(trial)):
+        # Trials on top of --trials widen the bar (it read 5/4): those after the search
+        # (refine.py, yardsticks.py, loop.run_unfused_if_missing), and those the search's
+        # budget does not count (skipped, reused: the same TrialBudget rule).
+        after_search = (str(trial.user_attrs.get(TrialAttr.ANCHOR) or "").startswith(REFINED)
+                        or TrialAttr.YARDSTICK in trial.user_attrs or TrialAttr.PAST_BUDGET in trial.user_attrs)
+        if after_search or not self.budget.spends(trial):
             self.progress.update(self.task, total=(self.progress.tasks[0].total or 0) + 1)
         best = best_record(study)
         text = (f"{study.study_name}: best exact {speedup_of(best.ratio):.2f}× (trial {best.number})"

@@ -40,7 +40,8 @@ class RunnerConfig:
 
 @dataclass(frozen=True)
 class WorkerFailure:
-    """Why a request got no answer: ``hang``, ``crash`` or ``error``."""
+    """Why a request got no answer: ``hang``, ``crash``, ``error`` or ``interrupted`` (the
+    worker was stopped from outside)."""
 
     kind: str
     message: str

@@ -16,7 +16,7 @@ import pandas as pd
 from sktune.tuning.records import TrialAttr, TrialRecord, feasible_trials, has_ratio, is_feasible, records
 
 FINISHED = ("COMPLETE", "FAIL", "PRUNED")
-_FAILURE_KINDS = ("hang", "crash", "error")
+_FAILURE_KINDS = ("hang", "crash", "error", "interrupted")
 
 
 # ---------------------------------------------------------------- 4. history, importances, parallel coordinates

@@ -75,6 +75,13 @@ class TrialBudget:
         self.spent = self.skips_in_a_row = self.reuses_in_a_row = 0
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.spends(trial)
+        if self.exhausted:
+            study.stop()
+
+    def spends(self, trial: optuna.trial.FrozenTrial) -> bool:
+        """Count ``trial`` (the next one finished); whether it used up one of the ``n``."""
+        spent = self.spent
         if skipped(trial):
             self.skips_in_a_row += 1
         elif reused(trial):
@@ -84,8 +91,7 @@ class TrialBudget:
         else:
             self.spent += 1
             self.skips_in_a_row = self.reuses_in_a_row = 0
-        if self.exhausted:
-            study.stop()
+        return self.spent > spent
 
     @property
     def exhausted(self) -> bool:

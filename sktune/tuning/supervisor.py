@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import signal
 from dataclasses import asdict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -118,7 +119,7 @@ class SupervisedWorker:
         try:
             self._conn.send((command, payload))
         except (BrokenPipeError, OSError):
-            failure = WorkerFailure("crash", self._exit_description())
+            failure = self._exit_failure()
             self._restart()
             return failure
         answer = self._receive(timeout)
@@ -137,12 +138,21 @@ class SupervisedWorker:
         if not self._conn.poll(timeout):
             if self._process.is_alive():
                 return WorkerFailure("hang", f"no answer within {timeout:.0f} s; worker killed")
-            return WorkerFailure("crash", self._exit_description())
+            return self._exit_failure()
         try:
             return self._conn.recv()
         except (EOFError, OSError):
             self._process.join(5)
-            return WorkerFailure("crash", self._exit_description())
+            return self._exit_failure()
+
+    def _exit_failure(self) -> WorkerFailure:
+        """The worker is gone: a crash, unless it was stopped from outside (SIGTERM, SIGINT: a
+        stop sent to the whole process group, as ``timeout`` and job schedulers send it),
+        which is not the plan's failure (records.interrupted: its plan is measured again)."""
+        code = self._process.exitcode if self._process is not None else None
+        if code is not None and -code in (signal.SIGTERM, signal.SIGINT):
+            return WorkerFailure("interrupted", f"worker stopped by signal {-code}")
+        return WorkerFailure("crash", self._exit_description())
 
     def _exit_description(self) -> str:
         code = self._process.exitcode if self._process is not None else None

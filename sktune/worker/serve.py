@@ -69,7 +69,7 @@ def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, paren
 def _maybe_inject_fault() -> bool:
     """Test-only fault hook, off unless ``SKTUNE_TEST_FAULT`` names faults.
 
-    ``SKTUNE_TEST_FAULT`` = a comma list of crash | segfault | hang | raise | garbage. The
+    ``SKTUNE_TEST_FAULT`` = a comma list of crash | segfault | sigterm | hang | raise | garbage. The
     file named by ``SKTUNE_TEST_FAULT_MARKER`` counts the faults fired so far (across
     worker restarts): each run request fires the next one until the list is used up.
     Returns True when the answer must be garbage.
@@ -88,10 +88,10 @@ def _maybe_inject_fault() -> bool:
         return True
     if kind == "crash":
         os._exit(3)
-    if kind == "segfault":
+    if kind in ("segfault", "sigterm"):
         import signal
 
-        os.kill(os.getpid(), signal.SIGSEGV)
+        os.kill(os.getpid(), signal.SIGSEGV if kind == "segfault" else signal.SIGTERM)
     if kind == "hang":
         import time
 

@@ -188,14 +188,15 @@ def test_the_progress_bar_widens_for_each_trial_on_top_of_the_budget() -> None:
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study()
-    progress = _Progress(2)
-    for attrs in ({}, {TrialAttr.SKIPPED: "hopeless"}, {TrialAttr.REUSED_FROM: 0}, {TrialAttr.PAST_BUDGET: True}, {}):
+    progress = _Progress(3)
+    reuses = [{TrialAttr.REUSED_FROM: 0}] * 11  # the 11th in a row counts: a converged sampler must end
+    for attrs in ({}, {TrialAttr.SKIPPED: "hopeless"}, *reuses, {TrialAttr.PAST_BUDGET: True}, {}):
         trial = study.ask()
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         progress.on_trial(study, study.tell(trial, 1.0))
     task = progress.progress.tasks[0]
-    assert (task.completed, task.total) == (5, 5)
+    assert (task.completed, task.total) == (15, 15)  # 3 used up --trials; 12 came on top
 
 
 def test_the_best_is_compared_with_each_other_starting_point_once() -> None:
@@ -209,3 +210,33 @@ def test_the_best_is_compared_with_each_other_starting_point_once() -> None:
     assert starting_points_line({"best_trial": 2, "anchors": anchors}) == (
         "best vs the starting points: fuse-all 1.20× (not bitwise); best+cpp_wrapper=True 1.11×")
     assert starting_points_line({"best_trial": 2, "anchors": anchors[1:3]}) is None  # only unfused and itself
+
+
+def test_a_worker_stopped_from_outside_is_an_interrupted_trial_whose_plan_runs_again(
+        test_models: Path, tmp_path: Path) -> None:
+    """SIGTERM to the whole process group (timeout, a job scheduler) reaches the worker too; if
+    the run sees the worker gone first, that was no crash of the plan (it was measured again
+    on resume, and a crash would have been reused as the plan's outcome)."""
+    storage = f"sqlite:///{tmp_path}/s.db"
+    env = {**os.environ, "SKTUNE_TEST_FAULT": "sigterm", "SKTUNE_TEST_FAULT_MARKER": str(tmp_path / "n")}
+    result = sktune("run", str(test_models / "tiny_norm.py"), "--trials", "2", "--storage", storage, "--study", "t",
+                    cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    trials = optuna.load_study(study_name="t", storage=storage).get_trials()
+    first = trials[0]
+    assert first.state == optuna.trial.TrialState.FAIL
+    assert first.user_attrs["failure"] == "interrupted: worker stopped by signal 15"
+    again = [t for t in trials[1:] if t.params == first.params]  # the same starting point, measured this time
+    assert again and again[0].state == optuna.trial.TrialState.COMPLETE and "reused_from" not in again[0].user_attrs
+
+
+def test_sigterm_stops_the_tuning_as_ctrl_c_does_and_only_the_tuning() -> None:
+    import signal as signals
+
+    from sktune.cli.run_cmd import Terminated, sigterm_as_interrupt
+
+    before = signals.getsignal(signals.SIGTERM)
+    with pytest.raises(Terminated), sigterm_as_interrupt():
+        os.kill(os.getpid(), signals.SIGTERM)
+        time.sleep(5)  # the handler raises at once
+    assert signals.getsignal(signals.SIGTERM) is before  # the summary's writes are not cut short
