@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
@@ -156,8 +156,9 @@ def measures_space_inputs(study: optuna.Study, created: bool) -> bool:
     return created or not _awaited(attrs)
 
 
-def wait_for_creator(study: optuna.Study) -> bool:
+def wait_for_creator(study: optuna.Study, on_new_creator: Callable[[str], None] | None = None) -> bool:
     """Wait until the study is prepared (``prepare`` wrote its space); whether it is.
+    ``on_new_creator`` hears who it waits for when that changes (another waiter took over).
 
     Workers started together each measured their own op profile and probe answers, and
     profiles differ by noise. Each one used to record its own as the study's, attribute by
@@ -177,6 +178,8 @@ def wait_for_creator(study: optuna.Study) -> bool:
         # creator is never thought silent early. A new creator (one took over) starts it again.
         now = (attrs.get(StudyAttr.CREATOR), beat)
         silent_s = silent_s + PREPARE_POLL_S if now == heard else 0.0
+        if heard is not None and now[0] != heard[0] and now[0] and on_new_creator:
+            on_new_creator(_named(now[0]))
         heard = now
         if not _awaited(attrs) or (beat is not None and silent_s > CREATOR_SILENCE_S):
             return False
@@ -189,7 +192,10 @@ def awaited_creator(study: optuna.Study) -> str | None:
     attrs = _user_attrs(study)
     if StudyAttr.SPACE in attrs or not _awaited(attrs):
         return None
-    creator = attrs[StudyAttr.CREATOR]
+    return _named(attrs[StudyAttr.CREATOR])
+
+
+def _named(creator: dict[str, Any]) -> str:
     return f"the study's creator, pid {creator['pid']} on {creator['host']}"
 
 

@@ -145,16 +145,19 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         with creator_heartbeat(study, created) as heartbeat, SupervisedWorker(config, str(cache_dir)) as worker:
             started = worker.start()
             if not measures:
-                if waiting := awaited_creator(study):
-                    status(f"waiting for {waiting} (it measures the op profile and probe answers)…")
-                while not wait_for_creator(study):
+                def waiting_for(creator: str) -> None:
+                    status(f"waiting for {creator} (it measures the op profile and probe answers)…")
+
+                if creator := awaited_creator(study):
+                    waiting_for(creator)
+                while not wait_for_creator(study, on_new_creator=waiting_for):
                     if take_over(study):  # its creator is gone: this run prepares the study
                         heartbeat.start()
                         status(f"starting worker again ({startup_steps(True, probing)})…")
                         started = worker.restart_with(space_inputs=True, prefetch_fuse_all=prefetch)
                         break
-                    if waiting := awaited_creator(study):  # another waiting worker took over
-                        status(f"waiting for {waiting} (it measures the op profile and probe answers)…")
+                    if creator := awaited_creator(study):  # another waiter's record stood
+                        waiting_for(creator)
             workload = reuse_space_inputs(study, started)
             space = space_from_workload(workload)
             warm = warm_plans(settings.warm_start, settings.warm_storage or settings.storage, workload, space,

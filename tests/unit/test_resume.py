@@ -408,7 +408,9 @@ def test_a_new_creator_record_starts_the_count_of_silence_again(tmp_path: Path, 
             study.set_user_attr(StudyAttr.SPACE, {"signature": "prepared"})
 
     monkeypatch.setattr(creator, "pause", another_waiter_takes_over_at_55_s)
-    assert wait_for_creator(waiter)  # not given up at 61 s: the new creator was silent for 45 s only
+    told: list[str] = []
+    assert wait_for_creator(waiter, on_new_creator=told.append)  # not given up at 61 s: the new one was silent 45 s
+    assert told == [f"the study's creator, pid {os.getpid()} on {socket.gethostname()}"]  # the progress line
 
 
 def test_the_heartbeat_misses_a_beat_on_a_storage_error_not_all(tmp_path: Path,
