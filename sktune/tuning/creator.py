@@ -3,7 +3,7 @@ wait for it (``wait_for_creator``) and take the space inputs it recorded, unless
 
 Each worker used to measure its own op profile and probe answers and record them as the
 study's, and profiles differ by noise: the stored profile could be one worker's and the
-space another's (docs/architecture.md, "Many workers").
+space another's (README, "Many workers on one study").
 """
 
 from __future__ import annotations
