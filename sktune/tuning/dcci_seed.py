@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 from sktune.capabilities import OptionSpec
 from sktune.space.search_space import SearchSpace
 from sktune.pipe.protocol import BisectResult
-from sktune.tuning.records import TrialAttr, feasible_ratios, is_feasible
+from sktune.tuning.records import FIXED, TrialAttr, feasible_ratios, interrupted, is_feasible, planned_params
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +94,29 @@ def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: BisectResu
     attrs: dict[str, Any] = {TrialAttr.ANCHOR: DCCI_FROM_CULPRIT, TrialAttr.SEEDED_FROM: why}
     if overrides:
         attrs[TrialAttr.OPTION_OVERRIDES] = overrides
-    trial.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)  # a repeat culprit: queued once
+    if params in planned_params(trial.study):  # a repeat culprit: queued once (a stopped one again)
+        return str(repair)
+    trial.study.enqueue_trial(params, user_attrs=attrs)
     log.info("trial %d: mismatch in %s; queued it with %s=%s", trial.number, kernel_types, option.name, repair)
     return str(repair)
 
 
-__all__ = ["DCCI_FROM_CULPRIT", "dcci_seed", "enqueue_dcci_seed", "guarded_option", "not_worth_it"]
+def requeue_stopped_seeds(study: optuna.Study) -> list[int]:
+    """Queue again each repair whose run was stopped (``records.interrupted``); the numbers
+    of the trials requeued. A repair is queued once, when its culprit is bisected, so a
+    Ctrl-C during it lost it for good: on npu, where a trial is minutes of compile and the
+    repair may be the fastest exact plan. A resumed study calls this (``resume.prepare``)."""
+    requeued = []
+    for t in study.get_trials(deepcopy=False):
+        params = t.system_attrs.get(FIXED)
+        if t.user_attrs.get(TrialAttr.ANCHOR) != DCCI_FROM_CULPRIT or not interrupted(t) or params is None:
+            continue
+        if params in planned_params(study):
+            continue
+        keep = (TrialAttr.ANCHOR, TrialAttr.SEEDED_FROM, TrialAttr.OPTION_OVERRIDES)
+        study.enqueue_trial(params, user_attrs={k: t.user_attrs[k] for k in keep if k in t.user_attrs})
+        requeued.append(t.number)
+    return requeued
+
+
+__all__ = ["DCCI_FROM_CULPRIT", "dcci_seed", "enqueue_dcci_seed", "guarded_option", "not_worth_it", "requeue_stopped_seeds"]

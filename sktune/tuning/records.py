@@ -114,6 +114,7 @@ def has_ratio(trial: FrozenTrial) -> bool:
     return trial.value is not None and math.isfinite(trial.value)
 
 
+FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial: its parameters
 INTERRUPTED = "interrupted:"  # the start of the failure reason of a trial whose run was stopped or killed
 
 
@@ -125,6 +126,14 @@ def interrupted(trial: FrozenTrial) -> bool:
         return False
     reason = trial.user_attrs.get(TrialAttr.FAILURE)
     return not reason or str(reason).startswith(INTERRUPTED)
+
+
+def planned_params(study: optuna.Study) -> list[dict[str, Any]]:
+    """The parameters of every trial that has or will have an outcome: queued, running, or
+    finished other than ``interrupted`` (Optuna's ``skip_if_exists`` counts those too, and a
+    plan stopped midway was then never measured)."""
+    return [t.system_attrs.get(FIXED, t.params) for t in study.get_trials(deepcopy=False)
+            if not interrupted(t)]
 
 
 def skipped(trial: FrozenTrial) -> bool:

@@ -20,13 +20,13 @@ from sktune.errors import SktuneError
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner
 from sktune.tuning.creator import await_creator_record, dropped_unless_prepared, record_creator
-from sktune.tuning.records import StudyAttr, TrialAttr, interrupted
+from sktune.tuning.dcci_seed import requeue_stopped_seeds
+from sktune.tuning.records import StudyAttr, TrialAttr, planned_params
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import check_made_by_sktune, fail_orphaned_trials, make_storage, mask_url
 from sktune.pipe.workload import Workload
 
-FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
 Named = tuple[str, dict[str, Any]]  # (anchor name, parameters)
 CPU_KEYS = ("cpu_capability", "vec_isa")  # host_cpu.vector_facts, in a CPU backend's environment
 
@@ -53,8 +53,7 @@ class StartingQueue:
         """The starting points whose parameters no trial of the study has (queued, run or
         sampled). A trial whose run was stopped or killed does not count: its starting point
         was lost on resume (a Ctrl-C during the anchor that was the best plan, say)."""
-        present = [t.system_attrs.get(FIXED, t.params) for t in study.get_trials(deepcopy=False)
-                   if not interrupted(t)]
+        present = planned_params(study)
         return [(name, params) for name, params in self.points if params not in present]
 
     def top_up(self, study: optuna.Study) -> str | None:
@@ -139,6 +138,7 @@ def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_p
     existing = study.user_attrs.get(StudyAttr.SPACE)
     if existing is not None:
         _check_resumable(study, existing, workload, space, settings, allow_changed)
+        requeue_stopped_seeds(study)  # before the starting points: a repair runs next (dcci_seed.py)
         queue.top_up(study)
         return queue
     study.set_user_attr(StudyAttr.FINGERPRINT, fingerprint(workload))

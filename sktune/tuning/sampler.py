@@ -42,13 +42,12 @@ from sktune.space.neighbours import Neighbour, full_params, neighbours
 from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 from sktune.tuning.move_model import observed_ratio, rank, trial_plan
-from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, is_yardstick, reused, skipped
+from sktune.tuning.records import FIXED, TrialAttr, has_ratio, is_feasible, is_yardstick, reused, skipped
 from sktune.tuning.storage import worker_tag
 from sktune.tuning.trial_writer import record_proposed, record_worker_at_ask
 
 N_STARTUP = 10  # random trials before TPE in a study without starting points
 NO_SCOPES_SHARE = 0.1  # how often a random start-up trial is a no-scope plan
-FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial
 TIE = 0.05  # a trial this close to the best exact one is a tie within the noise of a measurement
 TIED_CENTRES = 2  # tied trials whose neighbours are searched after the best's
 GAIN = 0.02  # a new best of another layout gains less than this: the earlier stays the centre (``_centre``)

@@ -115,3 +115,34 @@ def test_the_speed_option_anchors_come_right_after_unfused(space: SearchSpace) -
     names = [name for name, _ in superkernel_anchors(space, MODULES)]
     assert names[:3] == ["unfused", "no-scopes+speed-options", "full-model+dcci_after_kernel_end+speed-options"]
     assert {"no-scopes", "full-model", "full-model+dcci_after_kernel_end", "scope-per-mlp"} <= set(names[3:])
+
+
+def test_a_repair_whose_run_was_stopped_is_queued_again_on_resume(space: SearchSpace) -> None:
+    """A repair is queued once, when its culprit is bisected: a Ctrl-C during it lost it (on
+    npu a trial is minutes of compile, and the repair may be the fastest exact plan)."""
+    from sktune.tuning.dcci_seed import requeue_stopped_seeds
+    from sktune.tuning.trial_writer import mark_stopped
+
+    study = new_study()
+    run(study, space, whole(space, "none"), 0.30, 3)
+    (queued,) = repairs(study)
+    stopped = study.ask()  # the repair, stopped midway
+    assert stopped.number == queued.number
+    mark_stopped(stopped)
+    study.tell(stopped, state=optuna.trial.TrialState.FAIL)
+    run(study, space, whole(space, "none"), 0.30, 3)  # the same plan, the same culprit: its repair queued again
+    assert [t.state for t in repairs(study)] == [optuna.trial.TrialState.FAIL, WAITING]
+    assert requeue_stopped_seeds(study) == []  # it waits already: nothing to add
+    run(study, space, None, 0.32, 0)  # the repair ran and came out exact
+
+    study = new_study()
+    run(study, space, whole(space, "none"), 0.30, 3)
+    stopped = study.ask()
+    mark_stopped(stopped)
+    study.tell(stopped, state=optuna.trial.TrialState.FAIL)
+    assert requeue_stopped_seeds(study) == [stopped.number]  # a resume queues it again, as it was
+    again = study.get_trials(states=(WAITING,))
+    kept = {k: v for k, v in study.trials[stopped.number].user_attrs.items() if k != TrialAttr.FAILURE}
+    assert [t.user_attrs for t in again] == [kept] and kept[TrialAttr.ANCHOR] == DCCI_FROM_CULPRIT
+    assert again[0].system_attrs["fixed_params"] == study.trials[stopped.number].system_attrs["fixed_params"]
+    assert requeue_stopped_seeds(study) == []  # once
