@@ -160,6 +160,8 @@ def export_python(study: optuna.Study, storage: str | None = None) -> str:
         *_measured(data, plan, attrs.get(StudyAttr.INPUT_SETS)),
         "# Use it as it was tuned: model.eval(), calls under torch.no_grad()" + snippet.usage,
     ]
+    if data.get("best_fuses_nothing"):  # applying it would only add torch.compile's own cost per call
+        return "\n".join([*head[:-1], "# Nothing to apply: use the model as it is."]) + "\n"
     lines = [*head, *snippet.before_plan, _plan_literal(plan, len(attrs.get(StudyAttr.OPS, [])))]
     apply_line = f'model = sktune.apply(model, PLAN, backend="{backend}")'
     compile_line = snippet.compile_after_source_edit
@@ -207,7 +209,10 @@ def export_patch(study: optuna.Study, model_file: str | Path | None = None, root
     """
     from sktune.report.scope_patch import scope_patch
 
-    _, plan = _best(study)
+    data, plan = _best(study)
+    if data.get("best_fuses_nothing"):
+        raise ExportError(f"study {study.study_name!r}: keep the model unfused "
+                          f"({data.get('keep_unfused_reason') or 'no fused plan beat it'}); no scope markers to add")
     attrs = study.user_attrs
     path = Path(model_file or attrs.get(StudyAttr.MODEL) or "")
     if not path.is_file():

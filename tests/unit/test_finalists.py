@@ -14,7 +14,7 @@ from sktune.cli.run_cmd import _print_summary
 from sktune.errors import ExportError
 from sktune.measure.stats import PairedTiming
 from sktune.report import data
-from sktune.report.export import export_json, export_python
+from sktune.report.export import export_json, export_patch, export_python
 from sktune.tuning.finalists import confirm_finalists, finalist_verdict
 from sktune.pipe.protocol import ConfirmRequest, ConfirmResult
 from sktune.tuning.records import best_record
@@ -97,7 +97,11 @@ def test_a_fused_best_whose_interval_reaches_1_is_keep_unfused(shapes: bool, cap
     exported = export_json(study)
     assert exported["plan"] == UNFUSED and exported["provenance"]["keep_unfused"] is True
     assert "not wholly below 1.0" in exported["provenance"]["keep_unfused_reason"]
-    assert "keep it unfused (the fastest fused finalist" in export_python(study)
+    snippet = export_python(study)
+    assert "keep it unfused (the fastest fused finalist" in snippet
+    assert "Nothing to apply" in snippet and "sktune.apply" not in snippet  # it would only add compile's cost
+    with pytest.raises(ExportError, match="keep the model unfused .*no scope markers to add"):
+        export_patch(study)
     _print_summary(out)
     assert "keep the model unfused: the fastest fused finalist" in " ".join(capsys.readouterr().out.split())
 
