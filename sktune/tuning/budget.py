@@ -109,6 +109,7 @@ class Patience:
     def __init__(self, k: int) -> None:
         self.k = k
         self.without_gain = 0
+        self.stopped = False  # it stopped this run's search
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         # A reused trial cost nothing and repeats a ratio already in the study: neither a
@@ -125,4 +126,5 @@ class Patience:
         if self.without_gain >= self.k and not waiting:
             log.info("stopping: %d trials in a row without a significant gain", self.without_gain)
             study.set_user_attr(StudyAttr.STOPPED_EARLY, {"after_trial": trial.number, "patience": self.k})
+            self.stopped = True
             study.stop()

@@ -46,7 +46,7 @@ def search(study: optuna.Study, objective: Callable[[optuna.Trial], float], effo
     ``starting``: the starting points not yet queued, one queued after each trial when none
     waits and the budget is not spent (before patience reads the queue)."""
     budget = TrialBudget(effort.trials)
-    patience: list[TrialCallback] = [Patience(effort.patience)] if effort.patience else []
+    patience = [Patience(effort.patience)] if effort.patience else []
     top_up: list[TrialCallback] = []
     if starting is not None:
         def queue_next(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -55,8 +55,15 @@ def search(study: optuna.Study, objective: Callable[[optuna.Trial], float], effo
             if not budget.exhausted:
                 starting(study, trial)
         top_up = [queue_next]
+    started = time.monotonic()
     study.optimize(objective, n_trials=None, timeout=timeout, catch=(TrialFailed,),
                    callbacks=[budget, *top_up, *patience, *(callbacks or [])])
+    # Optuna ends at the timeout without a word: the study says so (the last run's; a resume
+    # without --timeout clears it), and the summary does.
+    at_timeout = (timeout is not None and time.monotonic() - started >= timeout and not budget.exhausted
+                  and not any(p.stopped for p in patience))
+    last = max((t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()), default=None)
+    study.set_user_attr(StudyAttr.STOPPED_AT_TIMEOUT, {"timeout_s": timeout, "after_trial": last} if at_timeout else None)
     if starting is not None:
         run_unfused_if_missing(study, objective, starting, callbacks)
 

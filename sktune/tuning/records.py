@@ -80,6 +80,7 @@ class StudyAttr:
     SHAPES = "shapes"  # {name: {weight, input_shapes}} of a multi-shape study, heaviest first; absent: one shape
     WARM_START = "warm_start"  # the earlier studies whose best plans were enqueued, and how they were mapped
     STOPPED_EARLY = "stopped_early"
+    STOPPED_AT_TIMEOUT = "stopped_at_timeout"  # the last run's search ended at --timeout ({timeout_s, after_trial}); else None
     FINALISTS = "finalists"
     CONFIRM_BEST = "confirm_best"
     CONFIRM_FUSE_ALL = "confirm_fuse_all"

@@ -69,6 +69,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         # Counted above too, by the state they took: each reused an earlier trial of its plan (tuning/reuse.py).
         "n_reused": sum(1 for t in study.get_trials(deepcopy=False) if reused(t)),
         "stopped_early": study.user_attrs.get(StudyAttr.STOPPED_EARLY),
+        "stopped_at_timeout": study.user_attrs.get(StudyAttr.STOPPED_AT_TIMEOUT),
         "finalists": study.user_attrs.get(StudyAttr.FINALISTS),
         "input_sets": study.user_attrs.get(StudyAttr.INPUT_SETS),
         "threads": study.user_attrs.get(StudyAttr.THREADS),

@@ -98,3 +98,31 @@ def test_an_unfused_trial_whose_run_was_stopped_runs_again(space: SearchSpace) -
     search(study, objective, Effort(1, CHUNKS, None, 0), starting=queue)  # --trials 1
     assert anchors(study) == [UNFUSED, "a", UNFUSED]
     assert study.trials[-1].state == optuna.trial.TrialState.COMPLETE
+
+
+def test_a_search_ended_by_its_timeout_says_so_and_a_later_one_clears_it(space: SearchSpace) -> None:
+    """Optuna stops at the timeout without a word: the progress bar stood at 8/52 and nothing
+    said why the run ended."""
+    import time
+
+    from sktune.tuning.records import StudyAttr
+
+    a, b, c = distinct(space)
+    queue = StartingQueue([("a", a), ("b", b), ("c", c)])
+    worker = ScriptedWorker([result(0.5), result(0.6), result(0.7), result(0.8)])
+    objective = make_objective(space, worker, ObjectiveRules(CHUNKS, 60.0), TARGETS, None)
+
+    def slow(trial: optuna.Trial) -> float:
+        time.sleep(0.3)
+        return objective(trial)
+
+    study = optuna.create_study(direction="minimize", pruner=ClearlyWorsePruner())
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    queue.top_up(study)
+    search(study, slow, Effort(50, CHUNKS, None, 0), timeout=0.1, starting=queue)
+    stop = study.user_attrs[StudyAttr.STOPPED_AT_TIMEOUT]
+    assert stop["timeout_s"] == 0.1 and stop["after_trial"] == max(t.number for t in study.trials
+                                                                    if t.state.is_finished())
+    queue.top_up(study)
+    search(study, objective, Effort(1, CHUNKS, None, 0), starting=queue)  # a resume without --timeout
+    assert study.user_attrs[StudyAttr.STOPPED_AT_TIMEOUT] is None
