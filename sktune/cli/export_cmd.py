@@ -51,7 +51,10 @@ def export_command(
             honoured = marker_compiles(tuned_with)
             if honoured:
                 err_console.print(f"note: study {study!r} was tuned with the {tuned_with} backend; these markers "
-                                  f"take effect only under {' or '.join(honoured)}", highlight=False, markup=False)
+                                  f"take effect only under {' or '.join(honoured)}, and the patched file calls "
+                                  "torch.npu: it runs only where torch-npu is installed (elsewhere use "
+                                  f"sktune.apply(model, PLAN, backend=\"{tuned_with}\"): --format python)",
+                                  highlight=False, markup=False)
         if output is None:
             typer.echo(text, nl=False)
             return

@@ -89,6 +89,8 @@ def run_command(
             with sigterm_as_interrupt(), progress:
                 result = tune(settings, callbacks=[progress.on_trial], on_ready=progress.on_ready,
                               on_status=progress.on_status)
+                data = summary(result)
+                progress.finish(data)
         except KeyboardInterrupt as stop:
             saved = (f"completed trials are saved in study {settings.study!r}; run the same command again to resume"
                      if study_exists(settings.study, settings.storage) else
@@ -97,7 +99,6 @@ def run_command(
             terminated = isinstance(stop, Terminated)
             err_console.print(f"{'terminated' if terminated else 'interrupted'}: {saved}", soft_wrap=True)
             raise typer.Exit(143 if terminated else 130) from None
-        data = summary(result)
     _print_summary(data)
     if summary_json is not None:
         with user_errors(debug):
@@ -196,6 +197,17 @@ class _Progress:
                 "(taskset -c N sktune run ...) or run one worker per device/host."
             )
         self.progress.update(self.task, description=f"{study.study_name}: {len(workload.ops)} ops, tuning…")
+
+    def finish(self, data: dict[str, Any]) -> None:
+        """The bar's last line: the table's result (re-measured after the search; the bar
+        named the search's best, which can be another trial), and the bar full."""
+        if data["best_plan"] is None:
+            text = f"{data['study']}: no exact plan"
+        elif data["best_fuses_nothing"]:
+            text = f"{data['study']}: keep the model unfused"
+        else:
+            text = f"{data['study']}: best exact {data['speedup']:.2f}× (trial {data['best_trial']})"
+        self.progress.update(self.task, description=text, total=self.progress.tasks[0].completed)
 
     def on_trial(self, study: Any, trial: Any) -> None:
         from sktune.tuning.records import TrialAttr, best_record, speedup_of
@@ -308,6 +320,10 @@ def _print_summary(data: dict[str, Any]) -> None:
                       highlight=False)
     for warm in data.get("warm_start") or []:
         console.print(f"warm start: trial #{warm['trial']} of study {warm['study']!r} ({warm['mapping']})")
+    if data.get("stopped_at_timeout"):
+        stop = data["stopped_at_timeout"]
+        console.print(f"stopped at --timeout {stop['timeout_s']:g} s after trial #{stop['after_trial']}: "
+                      "run the same command again to go on")
     if data.get("stopped_early"):
         stop = data["stopped_early"]
         console.print(f"stopped after trial #{stop['after_trial']}: {stop['patience']} trials in a row "

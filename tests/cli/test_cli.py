@@ -240,3 +240,19 @@ def test_sigterm_stops_the_tuning_as_ctrl_c_does_and_only_the_tuning() -> None:
         os.kill(os.getpid(), signals.SIGTERM)
         time.sleep(5)  # the handler raises at once
     assert signals.getsignal(signals.SIGTERM) is before  # the summary's writes are not cut short
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    ({"study": "s", "best_plan": {"scopes": []}, "best_fuses_nothing": False, "speedup": 1.71, "best_trial": 7},
+     "s: best exact 1.71× (trial 7)"),  # the table's best, re-measured: the bar named trial 3's search figure
+    ({"study": "s", "best_plan": {"scopes": []}, "best_fuses_nothing": True}, "s: keep the model unfused"),
+    ({"study": "s", "best_plan": None}, "s: no exact plan"),
+])
+def test_the_progress_bar_ends_on_the_result_the_table_shows(data: dict, line: str) -> None:
+    from sktune.cli.run_cmd import _Progress
+
+    progress = _Progress(16)
+    progress.progress.update(progress.task, advance=15, description="s: best exact 1.80× (trial 3)")
+    progress.finish(data)
+    task = progress.progress.tasks[0]
+    assert task.description == line and (task.completed, task.total) == (15, 15)  # patience ended it at 15/16
