@@ -234,6 +234,21 @@ def _speedup(row: dict[str, Any]) -> str:
     return f"{row['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]"
 
 
+def warm_start_lines(data: dict[str, Any]) -> list[str]:
+    """A line per earlier plan that ``--warm-start`` mapped: how, and where it ran here."""
+    out = []
+    for warm in data.get("warm_start") or []:
+        head = f"warm start: trial #{warm['trial']} of study {warm['study']!r}"
+        if warm.get("same_as"):
+            out.append(f"{head} is the same plan here as {warm['same_as']}")
+            continue
+        extra = f", with {', '.join(f'{k}={v}' for k, v in warm['overrides'].items())}" if warm.get("overrides") else ""
+        where = (f"ran as trial #{warm['ran_as']}" if warm.get("ran_as") is not None
+                 else "not run yet: the trials ended first; run the same command again to go on")
+        out.append(f"{head} ({warm['mapping']}{extra}) {where}")
+    return out
+
+
 def starting_points_line(data: dict[str, Any]) -> str | None:
     """``best vs the starting points: fuse-all 1.05×; …``: each starting point once (a resumed
     run refines the best again: the later trial counts), never the best itself (it read 1.00×)."""
@@ -318,8 +333,8 @@ def _print_summary(data: dict[str, Any]) -> None:
         console.print(f"profile of the {which} is partial: {prof.get('unrecorded_us') or 0:,.1f} of "
                       f"{prof['step_us']:,.1f} µs per step not recorded ({prof.get('partial_reason')})",
                       highlight=False)
-    for warm in data.get("warm_start") or []:
-        console.print(f"warm start: trial #{warm['trial']} of study {warm['study']!r} ({warm['mapping']})")
+    for line in warm_start_lines(data):
+        console.print(line, highlight=False, markup=False)
     if data.get("stopped_at_timeout"):
         stop = data["stopped_at_timeout"]
         console.print(f"stopped at --timeout {stop['timeout_s']:g} s after trial #{stop['after_trial']}: "

@@ -171,11 +171,12 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                               settings.study) if settings.warm_start else []
             starting = prepare(study, workload, space, settings.model_path,
                                {StudyAttr.THREADS: settings.threads, StudyAttr.INPUT_SETS: settings.input_sets},
-                               settings.allow_changed, first=[(w.anchor, w.params) for w in warm])
+                               settings.allow_changed, first=[(w.anchor, w.params) for w in warm if not w.same_as],
+                               overrides={w.anchor: w.overrides for w in warm if w.overrides})
             # The study notes where its first plans came from, each once: a resumed run and
             # workers started together with the same --warm-start map the same plans.
             noted = study.user_attrs.get(StudyAttr.WARM_START) or []
-            if new_notes := [entry for entry in (w.to_json() for w in warm) if entry not in noted]:
+            if new_notes := [w.to_json() for w in warm if w.anchor not in {n["anchor"] for n in noted}]:
                 study.set_user_attr(StudyAttr.WARM_START, noted + new_notes)
             if on_ready:
                 on_ready(study, workload)

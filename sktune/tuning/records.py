@@ -115,6 +115,7 @@ def has_ratio(trial: FrozenTrial) -> bool:
     return trial.value is not None and math.isfinite(trial.value)
 
 
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial: its parameters
 INTERRUPTED = "interrupted:"  # the start of the failure reason of a trial whose run was stopped or killed
 
@@ -135,6 +136,13 @@ def planned_params(study: optuna.Study) -> list[dict[str, Any]]:
     plan stopped midway was then never measured)."""
     return [t.system_attrs.get(FIXED, t.params) for t in study.get_trials(deepcopy=False)
             if not interrupted(t)]
+
+
+def planned_plans(study: optuna.Study) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``planned_params`` with each trial's option overrides set when it was queued: the
+    plans, for a starting point that is more than its parameters (resume.StartingQueue)."""
+    return [(t.system_attrs.get(FIXED, t.params), t.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {})
+            for t in study.get_trials(deepcopy=False) if not interrupted(t)]
 
 
 def skipped(trial: FrozenTrial) -> bool:

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
 
 from sktune.errors import SktuneError
-from sktune.space.search_space import SearchSpace
+from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner
 from sktune.tuning.creator import await_creator_record, dropped_unless_prepared, record_creator
 from sktune.tuning.dcci_seed import requeue_stopped_seeds
-from sktune.tuning.records import StudyAttr, TrialAttr, planned_params
+from sktune.tuning.records import StudyAttr, TrialAttr, planned_plans
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import check_made_by_sktune, fail_orphaned_trials, make_storage, mask_url
@@ -38,23 +38,27 @@ class StartingQueue:
     trial queued during the search (``dcci_seed.py``) waited behind all of them, past a quick
     budget. So at most one waits: after each trial (an Optuna callback: ``loop.search``), when
     none waits, the next starting point not yet in the study is queued. What is left is read
-    from the study (a plan already queued, run or sampled there counts as done, as
-    ``enqueue_trial(skip_if_exists=True)`` would say), not kept here: a resumed run and many
+    from the study (a plan already queued, run or sampled there counts as done: its
+    parameters, as ``enqueue_trial(skip_if_exists=True)`` would say, and its option
+    overrides), not kept here: a resumed run and many
     workers on one storage continue the same list. Two workers topping up at the same moment
     may queue one plan twice; the second waits while the first runs, then takes its
     outcome without a compile (``reuse.py``). A worker that finds the queue empty while
     another tops it up asks the sampler for that trial.
     """
 
-    def __init__(self, points: Sequence[Named]) -> None:
+    def __init__(self, points: Sequence[Named], overrides: Mapping[str, dict[str, Any]] | None = None) -> None:
         self.points = tuple(points)
+        # Option values a point sets outside the sampled domain, by name (fuse-all's; a warm
+        # plan that was a refined best: warm_start.py): the point is that plan.
+        self.overrides = dict(overrides or {})
 
     def pending(self, study: optuna.Study) -> list[Named]:
-        """The starting points whose parameters no trial of the study has (queued, run or
-        sampled). A trial whose run was stopped or killed does not count: its starting point
-        was lost on resume (a Ctrl-C during the anchor that was the best plan, say)."""
-        present = planned_params(study)
-        return [(name, params) for name, params in self.points if params not in present]
+        """The starting points whose plan (parameters and overrides) no trial of the study has
+        (queued, run or sampled). A trial whose run was stopped or killed does not count: its
+        starting point was lost on resume (a Ctrl-C during the anchor that was the best plan, say)."""
+        present = planned_plans(study)
+        return [(name, params) for name, params in self.points if (params, self.overrides.get(name, {})) not in present]
 
     def top_up(self, study: optuna.Study) -> str | None:
         """Queue the next pending starting point unless a trial is waiting; its name, or None."""
@@ -64,7 +68,8 @@ class StartingQueue:
         if not left:
             return None
         name, params = left[0]
-        study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name})
+        overrides = {TrialAttr.OPTION_OVERRIDES: self.overrides[name]} if name in self.overrides else {}
+        study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name, **overrides})
         return name
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -122,11 +127,12 @@ def fingerprint(workload: Workload) -> dict[str, Any]:
 
 def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_path: Path,
             settings: dict[str, Any], allow_changed: bool = False,
-            first: Sequence[Named] = ()) -> StartingQueue:
+            first: Sequence[Named] = (), overrides: Mapping[str, dict[str, Any]] | None = None) -> StartingQueue:
     """Record what the study tunes (a new study) and queue the first pending starting point;
     the queue, for the search to top up after each trial (``StartingQueue``).
 
-    ``first`` (warm-start plans, named) come before the anchors and seeds, so they run first.
+    ``first`` (warm-start plans, named) come before the anchors and seeds, so they run first;
+    ``overrides`` gives a named point's option values outside the sampled domain.
 
     On resume the search space and ``settings`` (threads, input sets) must match: trials
     timed or verified differently do not compare. A changed fingerprint (model file,
@@ -134,7 +140,8 @@ def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_p
     """
     # The sampler's local search walks this space, skipping what the objective would skip.
     attach_space(study, space, hopeless_filter(space, workload.targets, workload.exact()))
-    queue = StartingQueue([*first, *starting_points(space, workload)])
+    fuse_all = {FUSE_ALL: space.fuse_all_overrides} if space.fuse_all_overrides else {}
+    queue = StartingQueue([*first, *starting_points(space, workload)], {**fuse_all, **(overrides or {})})
     existing = study.user_attrs.get(StudyAttr.SPACE)
     if existing is not None:
         _check_resumable(study, existing, workload, space, settings, allow_changed)

@@ -42,14 +42,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.plan import Plan
-from sktune.tuning.records import TrialAttr, interrupted, is_yardstick, reused, skipped
+from sktune.tuning.records import FINISHED, TrialAttr, interrupted, is_yardstick, reused, skipped
 from sktune.tuning.trial_writer import record_reused
 
 # The result attributes a copy carries. Costs (compile_s, measure_s, overhead_s,
 # static_compile) and the run's own facts (observed) stay with the trial that paid them.
 RESULT_ATTRS = (TrialAttr.TIMING, TrialAttr.MISMATCHES, TrialAttr.SHAPES, TrialAttr.GROUPS, TrialAttr.REGIONS,
                 TrialAttr.SMALLEST_FAILING_RANGE, TrialAttr.PRUNED, TrialAttr.FAILURE)
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 NOT_PRUNED = (TrialState.COMPLETE, TrialState.FAIL)
 
 

@@ -11,8 +11,8 @@ import optuna
 from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
-from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record,
-                                   is_yardstick, records, reused, speedup_interval, speedup_of)
+from sktune.tuning.records import (FINISHED, FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record,
+                                   best_record, interrupted, is_yardstick, records, reused, speedup_interval, speedup_of)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
 from sktune.tuning.verified import capture_limit_warning, verify_summary
@@ -33,6 +33,26 @@ def failure_reasons(recs: list[TrialRecord], top: int = 3) -> list[list[Any]]:
     that produced no result says why (e.g. every trial hung past --trial-timeout)."""
     reasons = Counter((r.failure or "no reason recorded").splitlines()[0][:160] for r in recs if r.state == "FAIL")
     return [[reason, count] for reason, count in reasons.most_common(top)]
+
+
+def warm_start_outcomes(study: optuna.Study) -> list[dict[str, Any]] | None:
+    """The study's warm-start notes, each with ``ran_as``: the trial here that measured its
+    plan (under its name, else the same plan measured before it was queued), or None while
+    none has (the trial budget ended first). A plan ``same_as`` another ran as that one."""
+    notes = study.user_attrs.get(StudyAttr.WARM_START)
+    if not notes:
+        return notes
+    done = [t for t in study.get_trials(deepcopy=False, states=FINISHED) if not interrupted(t)]
+    out = []
+    for note in notes:
+        entry = {k: v for k, v in note.items() if k != "params"}  # the parameters are the trial's
+        if not note.get("same_as"):
+            plan = (note.get("params"), note.get("overrides") or {})
+            ran = ([t.number for t in done if t.user_attrs.get(TrialAttr.ANCHOR) == note["anchor"]]
+                   or [t.number for t in done if (t.params, t.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}) == plan])
+            entry["ran_as"] = ran[0] if ran else None
+        out.append(entry)
+    return out
 
 
 def summary(study: optuna.Study) -> dict[str, Any]:
@@ -82,7 +102,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "median_overhead_s": statistics.median(overheads) if overheads else None,
         "profile_baseline": stored_profile(study, StudyAttr.PROFILE_BASELINE),
         "profile_best": stored_profile(study, StudyAttr.PROFILE_BEST),
-        "warm_start": study.user_attrs.get(StudyAttr.WARM_START),  # earlier plans tried first, and their mapping
+        "warm_start": warm_start_outcomes(study),  # earlier plans tried first, their mapping, where each ran
     }
     best_timing_ratio = None if best is None else best.ratio
     if best is not None and best.plan is not None and best.timing is not None:

@@ -8,21 +8,25 @@ the parameters mean the same here:
   layer): the unit's pattern, which the stamped parameters describe, re-stamped over
   this graph's units;
 - anything else is refused, with the reason.
-Every warm plan is then verified and timed like any other trial: nothing is assumed.
+A plan keeps the option values its trial set outside the sampled domain (a refined best's
+C++ wrapper: tuning/refine.py); without them it would be another, slower plan. Two warm
+plans that are one plan here run once. Every warm plan is then verified and timed like any
+other trial: nothing is assumed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 
-from sktune.errors import SktuneError
+from sktune.errors import PlanError, SktuneError
 from sktune.graph.structure import find_repeats
 from sktune.space.search_space import NO_SCOPES, SearchSpace
-from sktune.tuning.records import StudyAttr, top_records
+from sktune.tuning.records import StudyAttr, TrialAttr, top_records
 from sktune.tuning.storage import make_storage, mask_url
 from sktune.pipe.workload import Workload
 
@@ -37,13 +41,23 @@ class WarmPlan:
     trial: int
     params: dict[str, Any]
     mapping: str
+    overrides: dict[str, Any] = field(default_factory=dict)  # options set outside the sampled domain
+    same_as: str | None = None  # the anchor of an earlier warm plan that is the same plan here: not queued
 
     @property
     def anchor(self) -> str:
         return f"warm:{self.study}#{self.trial}"
 
+    @property
+    def key(self) -> str:
+        """The plan's identity here: its parameters and option overrides."""
+        return json.dumps([self.params, self.overrides], sort_keys=True, default=str)
+
     def to_json(self) -> dict[str, Any]:
-        return {"study": self.study, "trial": self.trial, "mapping": self.mapping, "anchor": self.anchor}
+        """The study's note (``StudyAttr.WARM_START``); the summary finds where the plan ran by it."""
+        return {"study": self.study, "trial": self.trial, "mapping": self.mapping, "anchor": self.anchor,
+                "params": self.params, **({"overrides": self.overrides} if self.overrides else {}),
+                **({"same_as": self.same_as} if self.same_as else {})}
 
 
 def unit_signature(ops: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...] | None:
@@ -107,11 +121,14 @@ def check_warm_start_names(names: Sequence[str], storage: str, this_study: str) 
 
 def warm_plans(names: Sequence[str], storage: str, workload: Workload, space: SearchSpace,
                this_study: str) -> list[WarmPlan]:
-    """The best exact plans of each named study, mapped onto this graph (refused: SktuneError)."""
+    """The best exact plans of each named study, mapped onto this graph (refused: SktuneError).
+    A plan that is the same plan here as one before it (two studies' bests, or a refined
+    best that only an override told apart) is marked ``same_as`` that one, and not queued."""
     backend = make_storage(storage)
     check_warm_start_names(names, storage, this_study)
     domains = space.domains()
     out: list[WarmPlan] = []
+    first_of: dict[str, str] = {}  # plan key -> the anchor of the first warm plan with it
     for name in names:
         old = optuna.load_study(study_name=name, storage=backend)
         mapping = mapping_for(old, workload, space)
@@ -119,13 +136,30 @@ def warm_plans(names: Sequence[str], storage: str, workload: Workload, space: Se
         if not best:
             raise SktuneError(f"--warm-start: study {name!r} has no bitwise-exact trial to start from")
         for record in best:
-            params = old.trials[record.number].params
-            misfit = [k for k, v in params.items() if k not in domains or v not in domains[k]]
+            trial = old.trials[record.number]
+            misfit = [k for k, v in trial.params.items() if k not in domains or v not in domains[k]]
             if misfit:
                 raise SktuneError(f"--warm-start: trial {record.number} of study {name!r} has parameters this "
                                   f"search space does not have ({', '.join(misfit[:5])}); {mapping}")
-            out.append(WarmPlan(name, record.number, completed(space, params), mapping))
+            overrides = carried_overrides(space, trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {},
+                                          name, record.number)
+            plan = WarmPlan(name, record.number, completed(space, trial.params), mapping, overrides)
+            if plan.key in first_of:
+                plan = replace(plan, same_as=first_of[plan.key])
+            first_of.setdefault(plan.key, plan.anchor)
+            out.append(plan)
     return out
+
+
+def carried_overrides(space: SearchSpace, overrides: dict[str, Any], study: str, trial: int) -> dict[str, Any]:
+    """An earlier trial's option overrides, when this backend has each option and value
+    (refused: SktuneError, as for its parameters)."""
+    try:
+        space.capabilities.check_options(overrides)
+    except PlanError as exc:
+        raise SktuneError(f"--warm-start: trial {trial} of study {study!r} sets options this search space "
+                          f"cannot: {exc}") from None
+    return dict(overrides)
 
 
 def completed(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:

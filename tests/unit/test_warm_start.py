@@ -1,18 +1,26 @@
-"""How an earlier study's plans map onto a new graph, or why they cannot (no compile)."""
+"""How an earlier study's plans map onto a new graph, or why they cannot; a refined best keeps
+its override, one plan runs once, and the summary says where each ran (no compile)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 
-from sktune.capabilities import Capabilities
+from sktune.capabilities import Capabilities, OptionSpec
+from sktune.cli.run_cmd import warm_start_lines
 from sktune.errors import SktuneError
 from sktune.graph.opgraph import Op
+from sktune.measure.stats import PairedTiming
+from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace, build_space
-from sktune.tuning.records import StudyAttr
-from sktune.tuning.warm_start import completed, mapping_for, unit_signature
+from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.resume import StartingQueue
+from sktune.tuning.summary import warm_start_outcomes
+from sktune.tuning.warm_start import carried_overrides, completed, mapping_for, unit_signature, warm_plans
 from sktune.pipe.workload import Workload
 
 LAYER = [("layer_norm", "norm"), ("linear", "up"), ("relu", ""), ("linear", "down"), ("add", "")]
@@ -78,3 +86,72 @@ def test_what_only_the_new_space_asks_keeps_the_earlier_plan() -> None:
     assert all(filled[k] is False for k in filled if k not in params)
     with pytest.raises(SktuneError, match="does not decide"):
         completed(space, {})
+
+
+COSTLY = OptionSpec("cpp_wrapper", (False, True), False, costly_choices=(True,))
+
+
+def scripted_study(name: str, storage: str, space: SearchSpace, workload: Workload,
+                   runs: list[tuple[dict[str, Any], dict[str, Any], float]]) -> optuna.Study:
+    """A finished study of ``runs`` (parameters, option overrides, time ratio), each exact."""
+    study = optuna.create_study(study_name=name, storage=storage)
+    study.set_user_attr(StudyAttr.BACKEND, workload.environment["backend"])
+    study.set_user_attr(StudyAttr.SPACE, space.signature())
+    study.set_user_attr(StudyAttr.MODEL_SHA256, workload.model_sha256)
+    for params, overrides, ratio in runs:
+        study.enqueue_trial(params, user_attrs={TrialAttr.OPTION_OVERRIDES: overrides} if overrides else {})
+        study.optimize(lambda t, ratio=ratio: exact_trial(t, space, ratio), n_trials=1)
+    return study
+
+
+def exact_trial(trial: optuna.Trial, space: SearchSpace, ratio: float) -> float:
+    plan = space.with_options(space.suggest(trial), trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {})
+    trial.set_user_attr(TrialAttr.PLAN, plan.to_json())
+    trial.set_user_attr(TrialAttr.TIMING, PairedTiming(1e-3, ratio * 1e-3, ratio, (ratio, ratio), 10).to_json())
+    trial.set_constraint("bitwise", 0.0)
+    return ratio
+
+
+def test_a_refined_best_starts_with_its_override_and_one_plan_runs_once(tmp_path: Path) -> None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    graph = ops(2)
+    workload = replace(describe(graph), capabilities=Capabilities(options=(COSTLY,)))
+    space = build_space(workload.targets, workload.modules, list(workload.boundaries), workload.capabilities,
+                        unsafe=frozenset())
+    storage = f"sqlite:///{tmp_path}/s.db"
+    fused, unfused = (space.params_for([f] * len(space.blocks)) for f in (True, False))
+    # The search's best, then the same plan refined with a C++ wrapper (faster): one plan
+    # each, though both have the same parameters.
+    scripted_study("earlier", storage, space, workload, [(fused, {}, 0.6), (fused, {"cpp_wrapper": True}, 0.5),
+                                                         (unfused, {}, 1.0)])
+    scripted_study("sibling", storage, space, workload, [(fused, {}, 0.55)])
+    warm = warm_plans(["earlier", "sibling"], storage, workload, space, "new")
+    assert [(w.anchor, w.overrides, w.same_as) for w in warm] == [
+        ("warm:earlier#1", {"cpp_wrapper": True}, None), ("warm:earlier#0", {}, None),
+        ("warm:earlier#2", {}, None), ("warm:sibling#0", {}, "warm:earlier#0")]
+
+    study = optuna.create_study(study_name="new", storage=storage)
+    study.set_user_attr(StudyAttr.WARM_START, [w.to_json() for w in warm])
+    queue = StartingQueue([(w.anchor, w.params) for w in warm if not w.same_as],
+                          {w.anchor: w.overrides for w in warm if w.overrides})
+    queue.top_up(study)
+    study.optimize(lambda t: exact_trial(t, space, 0.5), n_trials=2, callbacks=[queue])
+    ran = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert [t.user_attrs[TrialAttr.ANCHOR] for t in ran] == ["warm:earlier#1", "warm:earlier#0"]
+    assert Plan.from_json(ran[0].user_attrs[TrialAttr.PLAN]).option_dict["cpp_wrapper"] is True
+    assert Plan.from_json(ran[1].user_attrs[TrialAttr.PLAN]).option_dict["cpp_wrapper"] is False
+    # The summary says where each ran, that the budget ended before the third, and that
+    # the sibling's best is the earlier study's.
+    outcomes = {w["anchor"]: w for w in warm_start_outcomes(study)}
+    assert [outcomes[a].get("ran_as") for a in ("warm:earlier#1", "warm:earlier#0", "warm:earlier#2")] == [0, 1, None]
+    assert "ran_as" not in outcomes["warm:sibling#0"] and "params" not in outcomes["warm:sibling#0"]
+    lines = warm_start_lines({"warm_start": list(outcomes.values())})
+    assert lines[0].endswith("(same model: the same op indices, with cpp_wrapper=True) ran as trial #0")
+    assert "not run yet" in lines[2]
+    assert lines[3] == "warm start: trial #0 of study 'sibling' is the same plan here as warm:earlier#0"
+
+
+def test_an_override_this_backend_does_not_have_is_refused() -> None:
+    space = space_of(ops(2))
+    with pytest.raises(SktuneError, match="trial 4 of study 'earlier' sets options this search space cannot"):
+        carried_overrides(space, {"cpp_wrapper": True}, "earlier", 4)
