@@ -16,23 +16,30 @@ def inspect_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: ops and boundaries.")] = False,
     debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
 ) -> None:
-    """Capture the forward once and list its ops, module paths, source lines and legal cuts."""
+    """Capture the forward and list its ops, module paths, source lines and legal cuts; a
+    model with ``input_shapes()`` is captured at each shape, which must run the same ops."""
     with user_errors(debug):
         import torch
 
         from sktune.graph.capture import capture
-        from sktune.load import build, draw_inputs, load_model_file
+        from sktune.graph.structure import find_repeats
+        from sktune.load import build, draw_inputs, load_model_file, shape_weights
+        from sktune.worker.startup import check_same_ops
 
         source = load_model_file(model)
-        with torch.no_grad():
-            graph = capture(build(source), draw_inputs(source, 0))
-        from sktune.graph.structure import find_repeats
-
+        built = build(source)
+        shapes: list[str | None] = list(shape_weights(source)) or [None]
+        with torch.no_grad():  # each shape its own graph, as `sktune run` captures them
+            graphs = {name: capture(built, draw_inputs(source, 0, name)) for name in shapes}
+        for name in shapes[1:]:  # op indices must mean the same ops at every shape (run refuses otherwise)
+            check_same_ops(graphs[shapes[0]], graphs[name], shapes[0], name)
+        graph = graphs[shapes[0]]
         description = graph.describe()
         repeats = find_repeats([o.target for o in graph.ops], [o.module for o in graph.ops])
         description["repeated_units"] = (
             {"container": repeats.container, "units": [list(u) for u in repeats.units]} if repeats else None
         )
+        description["shapes"] = None if shapes == [None] else shapes  # captured at each, the same ops
     if as_json:
         typer.echo(json.dumps(description))
         return
@@ -46,6 +53,9 @@ def inspect_command(
                       "yes" if op.index in legal else "")
     console = Console()
     console.print(table)
+    if len(shapes) > 1:
+        console.print(f"shapes: the same {len(graph.ops)} ops at each of {', '.join(map(str, shapes))} "
+                      f"(captured at each; sources as at {shapes[0]!r})", highlight=False)
     if repeats:
         console.print(f"repeated units: {len(repeats.units)} × {repeats.length} ops under {repeats.container!r} "
                       f"(ops {repeats.units[0][0]}..{repeats.units[-1][1]}): one cut pattern is tuned and stamped")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -26,7 +27,17 @@ def test_inspect_json_contract(test_models: Path) -> None:
     assert {"index", "name", "target", "module", "source"} <= set(data["ops"][0])
     assert [op["index"] for op in data["ops"]] == list(range(len(data["ops"])))
     assert all(0 <= b < len(data["ops"]) - 1 for b in data["boundaries"])
-    assert data["repeated_units"] is None
+    assert data["repeated_units"] is None and data["shapes"] is None
+
+
+def test_inspect_captures_every_shape_and_refuses_shapes_that_run_other_ops(test_models: Path) -> None:
+    serving = Path(__file__).resolve().parents[2] / "studies" / "decoder_serving.py"
+    result = sktune("inspect", str(serving))
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"the same \d+ ops at each of bs1, bs8, bs64", " ".join(result.stdout.split()))
+    refused = sktune("inspect", str(test_models / "shape_branch.py"), "--json")
+    assert refused.returncode == 1 and refused.stdout == "" and "Traceback" not in refused.stderr
+    assert "shapes 'bs1' and 'bs4' capture different graphs: op 0 is tanh" in refused.stderr
 
 
 def test_inspect_finds_the_repeated_layers_of_the_decoder_stack() -> None:
