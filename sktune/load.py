@@ -7,14 +7,16 @@ The model file is user code and is executed on purpose, like a test file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import inspect
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,6 +34,21 @@ SHAPES_CONTRACT = (
     "and, beside input_shapes(), shapes the best plan is only verified at (bitwise, never timed or tuned):\n"
     "    def verify_shapes() -> list[str]: ...  # more shape names example_inputs accepts"
 )
+
+
+@contextlib.contextmanager
+def user_code(what: str) -> Iterator[None]:
+    """Run a call into the model file; what it raised, or a ``sys.exit`` in it (which is no
+    ``Exception``, and ended sktune with the file's exit code and no word), as one
+    ``ModelFileError`` naming ``what`` (e.g. ``build_model() in PATH``)."""
+    try:
+        yield
+    except ModelFileError:
+        raise
+    except SystemExit as exc:
+        raise ModelFileError(f"{what} called sys.exit({exc.code!r})") from exc
+    except Exception as exc:
+        raise ModelFileError(f"{what} raised {type(exc).__name__}: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -88,14 +105,18 @@ def load_model_file(path: str | Path) -> ModelSource:
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))  # let the model file import its neighbours
     try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        raise ModelFileError(syntax_error_message(exc, path)) from exc
-    except Exception as exc:
-        raise ModelFileError(f"importing {path} raised {type(exc).__name__}: {exc}") from exc
+        with user_code(f"importing {path}"):
+            spec.loader.exec_module(module)
+    except ModelFileError as exc:
+        if isinstance(exc.__cause__, SyntaxError):  # in a module the model file imports
+            raise ModelFileError(syntax_error_message(exc.__cause__, path)) from exc.__cause__
+        raise
     missing = [name for name in ("build_model", "example_inputs") if not callable(getattr(module, name, None))]
     if missing:
         raise ModelFileError(f"{path} does not define {' and '.join(missing)}.\n{CONTRACT}")
+    check_callable_as(module.build_model, (), {}, f"build_model in {path} must take no arguments", CONTRACT)
+    check_callable_as(module.example_inputs, (0,), {}, f"example_inputs in {path} must take the seed "
+                      "(an int) as its one required argument", CONTRACT)
     shapes = getattr(module, "input_shapes", None)
     if shapes is not None and not callable(shapes):
         raise ModelFileError(f"input_shapes in {path} must be a function.\n{SHAPES_CONTRACT}")
@@ -112,6 +133,18 @@ def load_model_file(path: str | Path) -> ModelSource:
                        input_shapes=shapes, verify_shapes=verify)
 
 
+def check_callable_as(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], message: str,
+                      contract: str) -> None:
+    """Refuse a contract function sktune cannot call as it will (a raw ``TypeError`` from
+    deep inside the start-up named neither the function nor the contract)."""
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ModelFileError(f"{message} ({exc}).\n{contract}") from None
+    except ValueError:  # no signature to read (a builtin): the call itself will tell
+        pass
+
+
 def shape_weights(source: ModelSource, only: tuple[str, ...] | None = None) -> dict[str, float]:
     """The model's shapes and their weights, in its order; ``{}`` for a one-shape model.
 
@@ -121,10 +154,8 @@ def shape_weights(source: ModelSource, only: tuple[str, ...] | None = None) -> d
         if only:
             raise ModelFileError(f"--shapes: {source.path} defines no input_shapes().\n{SHAPES_CONTRACT}")
         return {}
-    try:
+    with user_code(f"input_shapes() in {source.path}"):
         declared = source.input_shapes()
-    except Exception as exc:
-        raise ModelFileError(f"input_shapes() in {source.path} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(declared, dict) or not declared:
         raise ModelFileError(f"input_shapes() in {source.path} must return a non-empty dict of "
                              f"shape name -> weight, got {declared!r}.\n{SHAPES_CONTRACT}")
@@ -161,10 +192,8 @@ def verify_shape_names(source: ModelSource) -> tuple[str, ...]:
     if source.verify_shapes is None:
         return ()
     where = f"verify_shapes() in {source.path}"
-    try:
+    with user_code(where):
         declared = source.verify_shapes()
-    except Exception as exc:
-        raise ModelFileError(f"{where} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(declared, list):
         raise ModelFileError(f"{where} must return a list of shape names, got {declared!r}.\n{SHAPES_CONTRACT}")
     tuned = shape_weights(source)
@@ -183,10 +212,8 @@ def verify_shape_names(source: ModelSource) -> tuple[str, ...]:
 
 def build(source: ModelSource) -> torch.nn.Module:
     """Call ``build_model()``, in eval mode, with a clear error when it misbehaves."""
-    try:
+    with user_code(f"build_model() in {source.path}"):
         model = source.build_model()
-    except Exception as exc:
-        raise ModelFileError(f"build_model() in {source.path} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, torch.nn.Module):
         raise ModelFileError(
             f"build_model() in {source.path} returned {type(model).__name__}, not a torch.nn.Module.\n{CONTRACT}"
@@ -197,15 +224,20 @@ def build(source: ModelSource) -> torch.nn.Module:
 def draw_inputs(source: ModelSource, seed: int, shape: str | None = None) -> tuple[torch.Tensor, ...]:
     """Call ``example_inputs(seed)`` (or ``(seed, shape=shape)``) and check it returns a tuple of tensors."""
     call = f"example_inputs({seed})" if shape is None else f"example_inputs({seed}, shape={shape!r})"
-    try:
+    with user_code(f"{call} in {source.path}"):
         inputs = source.example_inputs(seed) if shape is None else source.example_inputs(seed, shape=shape)
-    except Exception as exc:
-        raise ModelFileError(f"{call} in {source.path} raised {type(exc).__name__}: {exc}") from exc
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
-    if not isinstance(inputs, (tuple, list)) or not all(isinstance(t, torch.Tensor) for t in inputs):
-        raise ModelFileError(
-            f"{call} in {source.path} must return a tuple of tensors, "
-            f"got {type(inputs).__name__}.\n{CONTRACT}"
-        )
+    if not isinstance(inputs, (tuple, list)):
+        raise ModelFileError(f"{call} in {source.path} must return a tuple of tensors, "
+                             f"got {type(inputs).__name__}.\n{CONTRACT}")
+    others = [f"element {k} is {type(t).__name__}" for k, t in enumerate(inputs) if not isinstance(t, torch.Tensor)]
+    if others:  # the forward's arguments are its graph's inputs: tensors only
+        raise ModelFileError(f"{call} in {source.path} must return a tuple of tensors; {', '.join(others[:3])}. "
+                             "Pass a number as a tensor, or make it an attribute of the model in build_model().\n"
+                             f"{CONTRACT}")
+    if not inputs:
+        raise ModelFileError(f"{call} in {source.path} returned no tensors: sktune verifies each plan on "
+                             "inputs drawn by example_inputs, and with none it would verify nothing.\n"
+                             f"{CONTRACT}")
     return tuple(inputs)

@@ -23,14 +23,16 @@ def inspect_command(
 
         from sktune.graph.capture import capture
         from sktune.graph.structure import find_repeats
-        from sktune.load import build, draw_inputs, load_model_file, shape_weights
-        from sktune.worker.startup import check_same_ops
+        from sktune.load import build, load_model_file, shape_weights, verify_shape_names
+        from sktune.tuning.settings import DEFAULT_INPUT_SETS
+        from sktune.worker.startup import check_same_ops, checked_inputs
 
         source = load_model_file(model)
         built = build(source)
         shapes: list[str | None] = list(shape_weights(source)) or [None]
-        with torch.no_grad():  # each shape its own graph, as `sktune run` captures them
-            graphs = {name: capture(built, draw_inputs(source, 0, name)) for name in shapes}
+        with torch.no_grad():  # checked as `sktune run` checks them; each shape its own graph
+            drawn = checked_inputs(source, built, shapes, verify_shape_names(source), DEFAULT_INPUT_SETS)
+            graphs = {name: capture(built, drawn[name][0]) for name in shapes}
         for name in shapes[1:]:  # op indices must mean the same ops at every shape (run refuses otherwise)
             check_same_ops(graphs[shapes[0]], graphs[name], shapes[0], name)
         graph = graphs[shapes[0]]

@@ -18,7 +18,7 @@ from rich.markup import escape
 from sktune.cli._errors import err_console, user_errors
 from sktune.cli._paths import check_output
 from sktune.space.search_space import FUSE_ALL
-from sktune.tuning.settings import DEFAULT_STORAGE
+from sktune.tuning.settings import DEFAULT_INPUT_SETS, DEFAULT_STORAGE
 
 if TYPE_CHECKING:
     from sktune.pipe.workload import Workload
@@ -49,7 +49,7 @@ def run_command(
     storage: Annotated[str, typer.Option(help="Optuna storage URL (default: SQLite file in the working directory).")] = DEFAULT_STORAGE,
     seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
     threads: Annotated[int, typer.Option(min=1, help="CPU threads for compiled and eager runs (1 is the least noisy).")] = 1,
-    input_sets: Annotated[int, typer.Option(min=1, help="Input sets (seeds) every candidate is verified on.")] = 3,
+    input_sets: Annotated[int, typer.Option(min=1, help="Input sets (seeds) every candidate is verified on.")] = DEFAULT_INPUT_SETS,
     trial_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a trial's worker is killed as hung.")] = 300.0,
     bisect_runs: Annotated[int | None, typer.Option(min=0, help="Compile+verify runs to locate the op range behind a mismatch (default: the backend's own; 0 where outputs can be compared op by op).")] = None,
     diagnose: Annotated[int, typer.Option(min=0, help="Hung trials to rerun once with the backend's debug options (e.g. CANN's op execution trace).")] = 1,

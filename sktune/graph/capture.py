@@ -95,10 +95,13 @@ def capture(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> OpGraph:
         raise CaptureError(f"capturing the forward failed: {type(exc).__name__}: {_short(exc)}") from exc
     finally:
         torch._dynamo.reset()
-    if len(captured) != 1:
+    graph = opgraph_from(*captured[0], inputs) if len(captured) == 1 else None
+    if not captured or (graph is not None and not graph.ops):  # Dynamo hands no graph, or one without ops
+        raise CaptureError("the forward runs no tensor operations (it returns its inputs or constants): "
+                           "there is nothing to fuse")
+    if graph is None:
         raise CaptureError(f"expected one captured graph, got {len(captured)}")
-    gm, flat_args = captured[0]
-    return opgraph_from(gm, flat_args, inputs)
+    return graph
 
 
 def opgraph_from(gm: fx.GraphModule, flat_args: Sequence[torch.Tensor],

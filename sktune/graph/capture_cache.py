@@ -50,7 +50,7 @@ def capture_cached(model: torch.nn.Module, inputs: Sequence[torch.Tensor], cache
         return capture(model, inputs), False
     path = cache_dir / f"{_key(model, inputs, model_sha256)}.pkl"
     graph = _load(path, model, inputs)
-    if graph is not None:
+    if graph is not None and graph.ops:  # one without ops (saved by an older sktune) is refused by capture
         return graph, True
     graph = capture(model, inputs)
     _save(path, graph, model)

@@ -10,6 +10,7 @@ from sktune.host_cpu import cache_tag
 from sktune.tuning.budget import EFFORTS, Effort
 
 DEFAULT_STORAGE = "sqlite:///sktune.db"
+DEFAULT_INPUT_SETS = 3  # seeds every candidate is verified on (`--input-sets`)
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class TuneSettings:
     storage: str = DEFAULT_STORAGE
     seed: int | None = 0
     threads: int = 1
-    input_sets: int = 3
+    input_sets: int = DEFAULT_INPUT_SETS
     trial_timeout: float = 300.0
     bisect_runs: int | None = None  # None: the backend's default
     diagnose: int = 1  # hung trials rerun with the backend's diagnostic plan, at most this many

@@ -80,14 +80,10 @@ def load_model(config: RunnerConfig, backend: Backend, opened: OpenedModel) -> L
     source, device = opened.source, backend.device
     model = opened.model.to(device)
     weights = shape_weights(source, config.shapes)
-    verify_names = verify_shape_names(source)  # checked now; drawn and captured on first use
+    verify_names = verify_shape_names(source)  # checked and drawn now; captured on first use
     # The heaviest shape first: it is measured first and prunes for the others.
     names: list[str | None] = sorted(weights, key=lambda n: -weights[n]) or [None]
-    drawn = {name: [tuple(t.to(device) for t in draw_inputs(source, seed, name))
-                    for seed in range(config.input_sets)] for name in names}
-    for inputs in drawn.values():
-        check_same_signature(inputs, source.path)
-    _check_outputs_and_mutation(model, drawn[names[0]][0], source.path)
+    drawn = checked_inputs(source, model, names, verify_names, config.input_sets, device)
     startup_s["load"] = opened.seconds + time.perf_counter() - clock
     clock = time.perf_counter()
     capture_dir = None if config.capture_cache is None else Path(config.capture_cache)
@@ -102,6 +98,23 @@ def load_model(config: RunnerConfig, backend: Backend, opened: OpenedModel) -> L
     startup_s["reference"] = time.perf_counter() - clock
     return LoadedModel(source, weights, shape_sets, all(reused for _, reused in captured.values()), startup_s,
                        model, verify_names)
+
+
+def checked_inputs(source: ModelSource, model: torch.nn.Module, names: list[str | None],
+                   verify_names: tuple[str, ...], input_sets: int,
+                   device: str | torch.device = "cpu") -> dict[str | None, list[tuple[torch.Tensor, ...]]]:
+    """Each shape's input sets, checked as the contract asks (the same shapes and dtypes for
+    every seed; ``check_forward`` on the first), before anything is captured. Each
+    verify-only shape is drawn once too: a name ``example_inputs`` refuses is a mistake to
+    stop at now, not one found after the whole search (it was reported as "not bitwise")."""
+    drawn = {name: [tuple(t.to(device) for t in draw_inputs(source, seed, name)) for seed in range(input_sets)]
+             for name in names}
+    for inputs in drawn.values():
+        check_same_signature(inputs, source.path)
+    for name in verify_names:
+        draw_inputs(source, 0, name)
+    check_forward(model, drawn[names[0]][0], source.path)
+    return drawn
 
 
 def shape_set(backend: Backend, name: str | None, weight: float, graph: OpGraph,
@@ -157,14 +170,17 @@ def check_same_ops(first: OpGraph, other: OpGraph, first_name: str | None, other
             f"(op {n}, at {name!r}). One plan serves every shape, so every shape must run the same ops")
 
 
-def _check_outputs_and_mutation(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> None:
+def check_forward(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> None:
+    """The eager forward, called twice on one input set, as the contract asks: it returns
+    tensors, modifies neither its inputs nor the model's parameters and buffers, and gives
+    the same bits both times. sktune compares outputs only and runs the model thousands
+    of times, so state written in forward would be neither verified nor reproducible (a
+    fused plan changed a buffer's bits while every output stayed bitwise equal)."""
     before = [t.clone() for t in inputs]
+    state = model_state(model)
+    first = _forward(model, inputs, path)
     try:
-        out = model(*inputs)
-    except Exception as exc:
-        raise ModelFileError(f"the model's forward raised {type(exc).__name__}: {exc}") from exc
-    try:
-        flatten_outputs(out)
+        flat = flatten_outputs(first)
     except TypeError as exc:
         raise ModelFileError(f"the forward of {path} must return tensors: {exc}") from exc
     for k, (old, new) in enumerate(zip(before, inputs)):
@@ -173,3 +189,42 @@ def _check_outputs_and_mutation(model: torch.nn.Module, inputs: tuple[torch.Tens
                 f"the forward of {path} modifies its input {k} in place; sktune runs the model "
                 "many times on the same inputs, so the forward must not mutate them"
             )
+    now = model_state(model)
+    if written := [f"{kind} {name!r}" for (kind, name), seen in now.items() if state.get((kind, name)) != seen]:
+        raise ModelFileError(
+            f"the forward of {path} writes the model's {', '.join(written[:3])}; sktune verifies a plan by "
+            "its outputs only and runs the model many times, so state kept in the model (a running "
+            "statistic, a counter, a cache) would be neither verified nor the same from run to run. "
+            "Pass such state as an input and return its new value")
+    again = compare_outputs(flat, flatten_outputs(_forward(model, inputs, path)))
+    if again:
+        raise NondeterministicModelError(
+            f"the model is nondeterministic: two eager calls on the same inputs differ (output "
+            f"{again[0].output_index}: {again[0].count} elements, max {again[0].max_ulp} ULP). Bitwise "
+            "verification needs a deterministic model (no dropout in train mode, no random ops in forward, "
+            "no Python state that forward changes, such as a call counter)")
+
+
+def model_state(model: torch.nn.Module) -> dict[tuple[str, str], tuple[int, int]]:
+    """Each parameter's and buffer's identity and version counter, by (kind, name): an
+    in-place write bumps the version, a rebinding changes the identity; read without
+    copying the model's weights."""
+    out = {}
+    for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for name, t in named:
+            try:
+                out[(kind, name)] = (id(t), t._version)
+            except RuntimeError:  # an inference tensor has no version counter
+                out[(kind, name)] = (id(t), -1)
+    return out
+
+
+def _forward(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> Any:
+    try:
+        return model(*inputs)
+    except SystemExit as exc:
+        raise ModelFileError(f"the forward of {path} called sys.exit({exc.code!r})") from exc
+    except Exception as exc:
+        hint = (" (sktune calls forward(*example_inputs(seed)): its inputs are passed by position)"
+                if isinstance(exc, TypeError) and "positional argument" in str(exc) else "")
+        raise ModelFileError(f"the model's forward raised {type(exc).__name__}: {exc}{hint}") from exc

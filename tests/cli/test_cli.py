@@ -64,6 +64,7 @@ def test_inspect_finds_the_repeated_layers_of_the_decoder_stack() -> None:
         pytest.param("no_inputs_fn.py", "does not define example_inputs", marks=pytest.mark.slow),
         pytest.param("build_raises.py", "weights not found", marks=pytest.mark.slow),
         ("returns_int.py", "must return tensors"),  # in the worker, capturing
+        ("writes_buffer.py", "writes the model's buffer 'running'"),  # in the worker, before capturing
         ("graph_break.py", "cannot be captured as one graph (graph break at "),  # a branch on .item()
         ("shape_branch.py", "capture different graphs: op 0 is tanh"),
     ],

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sktune.errors import ModelFileError
+from sktune.errors import ModelFileError, SktuneError
 from sktune.load import build, draw_inputs, load_model_file
 
 
@@ -126,3 +126,98 @@ def test_runner_reports_the_model_files_mistakes_before_importing_a_backend(test
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert expected in out
     assert out.strip().endswith("no backend imported")
+
+
+def model_file(tmp_path: Path, forward: str, *, inputs: str = "(torch.randn(4, 8, generator=g),)",
+               init: str = "", top: str = "", extra: str = "") -> Path:
+    """A model file whose module has ``forward`` (one line, of x) and ``init`` (one line)."""
+    path = tmp_path / "model.py"
+    path.write_text(
+        f"import sys\nimport torch\n{top}\n\nclass M(torch.nn.Module):\n"
+        f"    def __init__(self):\n        super().__init__()\n        {init or 'pass'}\n\n"
+        f"    def forward(self, x):\n        {forward}\n\n\n"
+        "def build_model():\n    return M()\n\n\n"
+        f"def example_inputs(seed=0):\n    g = torch.Generator().manual_seed(seed)\n    return {inputs}\n{extra}")
+    return path
+
+
+def forward_checked(path: Path) -> None:
+    from sktune.worker.startup import checked_inputs, verify_shape_names
+
+    source = load_model_file(path)
+    model = build(source)
+    with torch.no_grad():
+        checked_inputs(source, model, [None], verify_shape_names(source), 3)
+
+
+@pytest.mark.parametrize(("init", "forward", "message"), [
+    # A buffer written in forward: a fused plan changed its bits while every output stayed
+    # bitwise equal, and the study said "bitwise yes" (outputs are all sktune compares).
+    ("self.register_buffer('running', torch.zeros(8))", "self.running.copy_(x.mean(0)); return x * 2 + 1",
+     "writes the model's buffer 'running'; sktune verifies a plan by its outputs only"),
+    ("self.w = torch.nn.Parameter(torch.ones(8))", "self.w.mul_(0.5); return x * self.w",
+     "writes the model's parameter 'w'"),
+    ("self.register_buffer('b', torch.zeros(8))", "self.b = x.sum(0); return x + self.b",
+     "writes the model's buffer 'b'"),  # rebound, not written in place
+    # Python state: Dynamo bakes the counter into the graph, so only eager calls show it.
+    ("self.calls = 0", "self.calls += 1; return x * self.calls + 1",
+     "nondeterministic: two eager calls on the same inputs differ"),
+    ("", "sys.exit(3)", "the forward of .* called sys.exit\\(3\\)"),
+])
+def test_a_forward_that_keeps_state_or_exits_is_refused_before_any_capture(tmp_path: Path, init: str, forward: str,
+                                                                         message: str) -> None:
+    with pytest.raises(SktuneError, match=message):  # ModelFileError, or NondeterministicModelError
+        forward_checked(model_file(tmp_path, forward, init=init))
+
+
+def test_a_forward_that_reads_its_state_only_passes(tmp_path: Path) -> None:
+    forward_checked(model_file(tmp_path, "return x * self.scale + self.w",
+                               init="self.register_buffer('scale', torch.ones(8)); self.w = torch.nn.Parameter("
+                                    "torch.zeros(8))"))
+
+
+@pytest.mark.parametrize(("inputs", "top", "extra", "message"), [
+    ("(torch.randn(4, 8, generator=g), 3)", "", "", "must return a tuple of tensors; element 1 is int"),
+    ("()", "", "", "returned no tensors"),
+    ("(torch.randn(4, 8, generator=g),)", "sys.exit(0)", "", "importing .* called sys.exit\\(0\\)"),
+    # A typo in verify_shapes() stops the run now, not after the whole search as "not bitwise".
+    ("(torch.randn({'a': 1, 'b': 2}[shape or 'a'], 8, generator=g),)", "",
+     "\ndef input_shapes():\n    return {'a': 1}\n\ndef verify_shapes():\n    return ['b', 'c']\n",
+     "example_inputs\\(0, shape='c'\\) in .* raised KeyError: 'c'"),
+])
+def test_inputs_and_imports_that_break_the_contract_are_named(tmp_path: Path, inputs: str, top: str, extra: str,
+                                                               message: str) -> None:
+    path = model_file(tmp_path, "return x * 2", inputs=inputs, top=top, extra=extra)
+    if "shape" in inputs:
+        path.write_text(path.read_text().replace("def example_inputs(seed=0)", "def example_inputs(seed=0, shape=None)"))
+    with pytest.raises(ModelFileError, match=message):
+        forward_checked(path)
+
+
+@pytest.mark.parametrize(("signature", "message"), [
+    ("def example_inputs():", "example_inputs in .* must take the seed \\(an int\\) as its one required argument"),
+    ("def example_inputs(seed, batch):", "missing a required argument: 'batch'"),
+])
+def test_contract_functions_that_cannot_be_called_as_sktune_calls_them_are_named(tmp_path: Path, signature: str,
+                                                                                  message: str) -> None:
+    path = model_file(tmp_path, "return x")
+    path.write_text(path.read_text().replace("def example_inputs(seed=0):\n    g = torch.Generator().manual_seed(seed)",
+                                             f"{signature}\n    g = torch.Generator()"))
+    with pytest.raises(ModelFileError, match=message):
+        load_model_file(path)
+
+
+def test_a_keyword_only_forward_is_told_that_inputs_are_passed_by_position(tmp_path: Path) -> None:
+    path = model_file(tmp_path, "return x")
+    path.write_text(path.read_text().replace("def forward(self, x):", "def forward(self, *, x):"))
+    with pytest.raises(ModelFileError, match="inputs are passed by position"):
+        forward_checked(path)
+
+
+def test_a_forward_without_ops_has_nothing_to_fuse(tmp_path: Path) -> None:
+    from sktune.errors import CaptureError
+    from sktune.graph.capture import capture
+
+    source = load_model_file(model_file(tmp_path, "return x"))
+    with pytest.raises(CaptureError, match="runs no tensor operations .* nothing to fuse"):
+        capture(build(source), draw_inputs(source, 0))
