@@ -105,14 +105,14 @@ def checked_inputs(source: ModelSource, model: torch.nn.Module, names: list[str 
                    device: str | torch.device = "cpu") -> dict[str | None, list[tuple[torch.Tensor, ...]]]:
     """Each shape's input sets, checked as the contract asks (the same shapes and dtypes for
     every seed; ``check_forward`` on the first), before anything is captured. Each
-    verify-only shape is drawn once too: a name ``example_inputs`` refuses is a mistake to
-    stop at now, not one found after the whole search (it was reported as "not bitwise")."""
+    verify-only shape's are drawn and checked too: a name ``example_inputs`` refuses is a
+    mistake to stop at now, not one found after the whole search (reported as "not bitwise")."""
     drawn = {name: [tuple(t.to(device) for t in draw_inputs(source, seed, name)) for seed in range(input_sets)]
              for name in names}
     for inputs in drawn.values():
         check_same_signature(inputs, source.path)
-    for name in verify_names:
-        draw_inputs(source, 0, name)
+    for name in verify_names:  # drawn, checked and dropped: captured on first use (verify_only.py)
+        check_same_signature([draw_inputs(source, seed, name) for seed in range(input_sets)], source.path)
     check_forward(model, drawn[names[0]][0], source.path)
     return drawn
 
