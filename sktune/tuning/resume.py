@@ -58,7 +58,8 @@ class StartingQueue:
         (queued, run or sampled). A trial whose run was stopped or killed does not count: its
         starting point was lost on resume (a Ctrl-C during the anchor that was the best plan, say)."""
         present = planned_plans(study)
-        return [(name, params) for name, params in self.points if (params, self.overrides.get(name, {})) not in present]
+        return [(name, params) for name, params in self.points
+                if (params, self.overrides.get(name, {})) not in present]
 
     def top_up(self, study: optuna.Study) -> str | None:
         """Queue the next pending starting point unless a trial is waiting; its name, or None."""

@@ -189,7 +189,7 @@ def test_inputs_and_imports_that_break_the_contract_are_named(tmp_path: Path, in
                                                                message: str) -> None:
     path = model_file(tmp_path, "return x * 2", inputs=inputs, top=top, extra=extra)
     if "shape" in inputs:
-        path.write_text(path.read_text().replace("def example_inputs(seed=0)", "def example_inputs(seed=0, shape=None)"))
+        path.write_text(path.read_text().replace("(seed=0)", "(seed=0, shape=None)"))
     with pytest.raises(ModelFileError, match=message):
         forward_checked(path)
 

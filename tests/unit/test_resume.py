@@ -477,3 +477,18 @@ def test_a_study_whose_creator_failed_before_preparing_it_is_deleted_and_its_wai
         prepare(kept, describe(), space, Path("m.py"), SETTINGS)
         raise SktuneError("a trial failed")
     assert optuna.get_all_study_names(make_storage(url)) == ["k"]
+
+
+def test_a_starting_point_with_overrides_is_done_only_by_a_trial_of_that_plan() -> None:
+    # fuse-all takes the compiler's costly whole-graph options: a sampled trial with its
+    # parameters but without them is another plan, and fuse-all's yardstick still runs.
+    study = new_study()
+    queue = StartingQueue([("fuse-all", {"x": 1}), ("other", {"x": 2})], {"fuse-all": {"cpp_wrapper": True}})
+    study.enqueue_trial({"x": 1})  # as the sampler would propose it: no overrides
+    assert [name for name, _ in queue.pending(study)] == ["fuse-all", "other"]
+    assert queue.top_up(study) is None  # one waits already
+    study.optimize(lambda t: t.suggest_int("x", 1, 2) * 0.5, n_trials=1)
+    assert queue.top_up(study) == "fuse-all"
+    queued = study.get_trials(states=(WAITING,))[0]
+    assert queued.user_attrs == {TrialAttr.ANCHOR: "fuse-all", TrialAttr.OPTION_OVERRIDES: {"cpp_wrapper": True}}
+    assert [name for name, _ in queue.pending(study)] == ["other"]
