@@ -87,10 +87,10 @@ def capture(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> OpGraph:
             raise CaptureError(f"capturing the forward failed: {type(exc).__name__}: {_short(exc)}") from exc
         frame = getattr(exc, "innermost_user_frame_summary", None)
         where = f" at {frame.filename}:{frame.lineno} ({frame.line})" if frame is not None else ""
-        hint = _DATA_DEPENDENT_HINT if _data_dependent(exc) else ""
-        raise CaptureError(
-            f"the forward cannot be captured as one graph (graph break{where}){hint}:\n{_short(exc)}"
-        ) from exc
+        if _data_dependent(exc):  # sktune's hint says it all; Dynamo's (torch._check, guard_or_false) misleads here
+            raise CaptureError(f"the forward cannot be captured as one graph (graph break{where})"
+                               f"{_DATA_DEPENDENT_HINT} (--debug shows Dynamo's message)") from exc
+        raise CaptureError(f"the forward cannot be captured as one graph (graph break{where}):\n{_short(exc)}") from exc
     except Exception as exc:  # the user's forward itself failed while being traced
         raise CaptureError(f"capturing the forward failed: {type(exc).__name__}: {_short(exc)}") from exc
     finally:
@@ -133,7 +133,12 @@ _DATA_DEPENDENT_HINT = ("; it branches on a tensor's value (e.g. `.item()`), whi
                         " use torch.where, or move the decision out of forward()")
 
 
+_DEVELOPER_LINES = ("Developer debug context", "Set TORCHDYNAMO_VERBOSE", "Please report an issue to PyTorch")
+
+
 def _short(exc: BaseException, max_lines: int = 12) -> str:
-    """The first lines of a Dynamo message: the reason and the user frame it names."""
-    lines = [line for line in str(exc).splitlines() if line.strip()]
+    """The first lines of a Dynamo message: the reason and the user frame it names, without
+    the lines meant for PyTorch's developers."""
+    lines = [line for line in str(exc).splitlines()
+             if line.strip() and not any(d in line for d in _DEVELOPER_LINES)]
     return "\n".join(lines[:max_lines])
