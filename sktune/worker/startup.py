@@ -183,6 +183,10 @@ def check_forward(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path
         flat = flatten_outputs(first)
     except TypeError as exc:
         raise ModelFileError(f"the forward of {path} must return tensors: {exc}") from exc
+    if all(t.numel() == 0 for t in flat):  # bitwise equal by construction: a verification of nothing
+        raise ModelFileError(f"the forward of {path} returns no elements on example_inputs(0) (outputs of shape "
+                             f"{', '.join(str(tuple(t.shape)) for t in flat[:3]) or 'none'}): sktune verifies a plan "
+                             "by its outputs, so draw inputs of the sizes the model serves")
     for k, (old, new) in enumerate(zip(before, inputs)):
         if not bitwise_equal(old, new):  # raw bits: an input holding NaN is not "modified"
             raise ModelFileError(
