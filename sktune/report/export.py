@@ -60,6 +60,8 @@ def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, An
             "study": study.study_name,
             "trial": data["best_trial"],
             "backend": attrs.get(StudyAttr.BACKEND),
+            # The times come from the emulated Ascend's model, not from an NPU (README "The emulated Ascend").
+            "emulated": data["emulated"],
             "speedup": data["speedup"],
             "speedup_ci": data["speedup_ci"],
             "significant": data["significant"],
@@ -106,9 +108,12 @@ def _verified_shapes(attrs: dict[str, Any], data: dict[str, Any]) -> dict[str, A
 
 
 def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
+    # An emulated device's times come from its model, never from an NPU: say so on the figure itself.
+    measured = ("Emulated (the emulated Ascend's model of a device, not an NPU measurement)"
+                if data.get("emulated") else "Measured")
     if data.get("best_fuses_nothing"):
         reason = data.get("keep_unfused_reason") or "no fused plan beat the unfused model"
-        return ["# Measured: no bitwise-exact plan that fuses anything was measurably faster than the unfused",
+        return [f"# {measured}: no bitwise-exact plan that fuses anything was measurably faster than the unfused",
                 f"# model: keep it unfused ({reason}).",
                 "# (This plan fuses nothing: every op runs as in eager mode.)"]
     lo, hi = data["speedup_ci"]
@@ -122,7 +127,7 @@ def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
               for name, s in (data.get("shapes") or {}).items()]
     checked = [name for name, o in ((data.get("verify_shapes") or {}).get("best") or {}).items() if o["bitwise"]]
     return [
-        f"# Measured: speedup {data['speedup']:.3f}x over unfused (95 % interval {lo:.3f}-{hi:.3f}x, {verdict}),",
+        f"# {measured}: speedup {data['speedup']:.3f}x over unfused (95 % interval {lo:.3f}-{hi:.3f}x, {verdict}),",
         f"# baseline timed in the same run; {verified}.",
         *([f"# One plan for every served shape (the speedup above is their weighted mean): {', '.join(shapes)};",
            "# at any other input shape the plan is unverified."] if shapes else []),

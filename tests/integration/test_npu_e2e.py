@@ -134,6 +134,11 @@ def test_report_export_apply_and_profile(moe_study: dict) -> None:
 
     snippet = sktune("export", "--study", "moe", "--storage", storage, "--format", "python", cwd=root)
     assert snippet.returncode == 0, snippet.stderr[-3000:]
+    # Its figures are the emulator's, not an NPU's: said on the figure, and in the JSON's provenance.
+    assert "# Emulated (the emulated Ascend's model of a device, not an NPU measurement): speedup" in snippet.stdout
+    assert "# Measured" not in snippet.stdout
+    document = sktune("export", "--study", "moe", "--storage", storage, "--format", "json", cwd=root)
+    assert json.loads(document.stdout)["provenance"]["emulated"] is True
     script = root / "use_it.py"
     script.write_text(f"""
 import importlib.util, json, torch

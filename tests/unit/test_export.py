@@ -246,6 +246,7 @@ def test_json_provenance(tuned: TinyStudy) -> None:
     assert {"study", "trial", "speedup", "speedup_ci", "verified_bitwise", "input_sets", "environment",
             "sktune_version", "model", "model_sha256", "storage", "n_ops", "op_types"} <= set(prov)
     assert prov["study"] == "t" and prov["input_sets"] == 3 and prov["verified_bitwise"] is True
+    assert prov["emulated"] is False  # timed on this CPU (an npu-emulator study says true: test_npu_e2e)
     lo, hi = prov["speedup_ci"]
     assert lo <= prov["speedup"] <= hi
     assert prov["environment"]["torch"] == torch.__version__ and prov["sktune_version"]
