@@ -83,8 +83,10 @@ def fusion_map_figure(fm: FusionMap) -> go.Figure:
 
 # ---------------------------------------------------------------- 3. where time goes
 
-def busy_gap_figure(breakdown: pd.DataFrame) -> go.Figure:
-    """Per-step busy time, gap and (partial profiles) time not recorded, baseline vs best, with the busy floor."""
+def busy_gap_figure(breakdown: pd.DataFrame, source: str = "torch.profiler",
+                    axis: str = "µs per step (profiler-inflated; explains, does not time)") -> go.Figure:
+    """Per-step busy time, gap and (partial profiles) time not recorded, baseline vs best, with
+    the busy floor; ``source`` names the profiler (and "emulated"), ``axis`` what the µs are."""
     fig = go.Figure()
     labels = [escape(w) for w in breakdown["which"]]
     fig.add_trace(go.Bar(orientation="h", y=labels, x=breakdown["busy_us"], name="busy (some kernel running)",
@@ -101,8 +103,8 @@ def busy_gap_figure(breakdown: pd.DataFrame) -> go.Figure:
         floor = float(base["busy_us"].iloc[0])
         fig.add_vline(x=floor, line_dash="dash", line_color="#333",
                       annotation_text=f"busy floor {floor:.1f} µs", annotation_position="top")
-    return _layout(fig, "Per step: busy time vs gap (torch.profiler, µs)", 260, barmode="stack",
-                   xaxis={"title": "µs per step (profiler-inflated; explains, does not time)"},
+    return _layout(fig, f"Per step: busy time vs gap ({escape(source)}, µs)", 260, barmode="stack",
+                   xaxis={"title": escape(axis)},
                    legend={"orientation": "h", "y": -0.35})
 
 

@@ -120,10 +120,11 @@ def _fusion(study: optuna.Study, figs: _Figures) -> str:
     head = '<h2 id="fusion">2. Fusion map of the best plan</h2>'
     if fm.trial is None:
         return head + '<p class="note">No bitwise-exact plan: nothing to map.</p>'
+    fallback = ("; dotted: an op type the plan runs as its own ATen kernel inside the region "
+                "(<code>fallback_ops</code>)" if study.user_attrs.get(StudyAttr.BACKEND) == "inductor" else "")
     text = (f"<p>Trial #{fm.trial}: {fm.n_groups} fusion group(s) over {fm.ops['op'].nunique()} ops. "
             "Each bar is one op in execution order; hover for its type, module path and source line. "
-            "Dark hatched: under a never-fuse (None) scope; light grey: not fused; dotted: an op type the plan "
-            "runs as its own ATen kernel inside the region (<code>fallback_ops</code>).</p>")
+            f"Dark hatched: under a never-fuse (None) scope; light grey: not fused{fallback}.</p>")
     if fm.has_actual:
         text += "<p>Upper row: the plan; lower row: the fusion the backend reported (SuperKernels found in the profile).</p>"
     plan = study.trials[fm.trial].user_attrs.get(TrialAttr.PLAN)
@@ -142,22 +143,36 @@ def _fail_reasons(study: optuna.Study) -> str:
             + table(["reason", "log lines", "trials", "ops"], rows, sortable=True))
 
 
-def _time(study: optuna.Study, figs: _Figures) -> str:
+def _time(study: optuna.Study, figs: _Figures, emulated: bool) -> str:
     head = '<h2 id="time">3. Where time goes</h2>'
     breakdown, kernels = data.time_breakdown(study), data.top_kernels(study)
     if breakdown.empty:
         return head + '<p class="note">No profile recorded for this study.</p>'
-    text = ("<p>From <code>torch.profiler</code> over the profiled steps (medians per step). Busy: some op or "
-            "kernel running; gap: everything between them (Python, dispatch, launch), which fusion removes. "
-            "The dashed busy floor is the baseline's busy time: what a step would take if every gap were "
-            "removed but the same kernels ran; a plan below it also made the kernels themselves cheaper "
-            "(fewer passes over memory). The profiler inflates times; the summary's times come from the clock.</p>")
+    floor = ("The dashed busy floor is the baseline's busy time: what a step would take if every gap were "
+             "removed but the same kernels ran; a plan below it also made the kernels themselves cheaper "
+             "(fewer passes over memory).")
+    if study.user_attrs.get(StudyAttr.BACKEND) == "npu":  # device time: the same source as the trials' timing
+        source = "torch_npu.profiler" + (", emulated" if emulated else "")
+        text = ("<p>From <code>torch_npu.profiler</code>'s <code>kernel_details.csv</code> over the profiled "
+                "steps (medians per step)"
+                + (", <strong>on the emulated Ascend: its model of a device, not an NPU</strong>" if emulated
+                   else "")
+                + ". Busy: some kernel running on the device; gap: the device idle between kernels (launches, "
+                f"host work), which fusion removes. {floor} On npu the trials are timed from the same "
+                "device times.</p>")
+        axis = "device µs per step" + (" (emulated)" if emulated else "")
+    else:
+        source = "torch.profiler"
+        text = ("<p>From <code>torch.profiler</code> over the profiled steps (medians per step). Busy: some op or "
+                "kernel running; gap: everything between them (Python, dispatch, launch), which fusion removes. "
+                f"{floor} The profiler inflates times; the summary's times come from the clock.</p>")
+        axis = "µs per step (profiler-inflated; explains, does not time)"
     for row in breakdown[breakdown["partial_reason"].notna()].itertuples():
         text += (f'<p class="note">The profile of the {escape(row.which)} is partial: {escape(row.partial_reason)}. '
                  f"{row.unrecorded_us:,.1f} µs per step are shown as not recorded; its busy time "
                  f"({row.busy_us:,.1f} µs) is a lower bound and its gap ({row.gap_us:,.1f} µs) holds no "
                  "unrecorded kernel.</p>")
-    out = head + text + figs.html(figures.busy_gap_figure(breakdown))
+    out = head + text + figs.html(figures.busy_gap_figure(breakdown, source, axis))
     if not kernels.empty:
         out += figs.html(figures.kernels_figure(kernels))
     return out
@@ -238,7 +253,7 @@ def render(study: optuna.Study) -> str:
 
     summary = make_summary(study)
     figs = _Figures()
-    sections = [_summary(study, summary), _fusion(study, figs), _time(study, figs), _search(study, figs),
+    sections = [_summary(study, summary), _fusion(study, figs), _time(study, figs, bool(summary.get("emulated"))), _search(study, figs),
                 _trials(study, bool(summary.get("emulated"))), _failures(study)]
     title = f"sktune report: {study.study_name}"
     nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in (

@@ -129,6 +129,10 @@ def test_report_export_apply_and_profile(moe_study: dict) -> None:
     assert report.returncode == 0, report.stderr[-3000:]
     html = (root / "r.html").read_text()
     assert "EMULATED Ascend" in html and "step µs (emulated)" in html
+    # Where time goes: the device profile, said emulated; no CPU profiler's caveats, no Inductor options.
+    assert "on the emulated Ascend: its model of a device, not an NPU" in html
+    assert "busy time vs gap (torch_npu.profiler, emulated," in html and "profiler-inflated" not in html
+    assert "fallback_ops" not in html.split('id="fusion"')[1].split('id="time"')[0]
     assert "Upper row: the plan; lower row: the fusion the backend reported" in html
     assert "The best plan against each starting point" in html
 
