@@ -27,10 +27,13 @@ def profile_command(
     """Per step: device span, busy time, gap and kernel count; time by core; top kernels;
     SuperKernels mapped to their scopes. Marker kernels are filtered out."""
     with user_errors(debug):
-        from sktune.measure.ascend_files import find_profile_files
+        from sktune.measure.ascend_files import ProfileError, find_profile_files
         from sktune.measure.ascend_summary import summarize
 
         summary = summarize(find_profile_files(path))
+        if not summary.steps:  # a header alone (or a cut file): an empty summary would read as "nothing fused"
+            raise ProfileError(f"{summary.source} has no kernel rows: the profile recorded no kernel (a file cut "
+                               "short, or steps that ran nothing on the device)")
     if as_json:
         typer.echo(json.dumps(summary.to_json()))
         return

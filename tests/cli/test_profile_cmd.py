@@ -55,13 +55,17 @@ def test_human_summary_says_when_the_profile_has_no_steps() -> None:
     assert "Not in sktune's list" not in result.stdout
 
 
-@pytest.mark.parametrize("kind", ["missing", "not_a_profile"])
+@pytest.mark.parametrize("kind", ["missing", "not_a_profile", "header_only"])
 def test_bad_path_is_one_message(tmp_path: Path, kind: str) -> None:
     target = tmp_path / "nope"
     if kind == "not_a_profile":
         target = tmp_path / "notes.csv"
         target.write_text("a,b\n1,2\n")
+    if kind == "header_only":  # a file cut short: its summary was empty, "nothing fused", exit 0
+        target = tmp_path / "kernel_details.csv"
+        target.write_text(REAL.read_text().splitlines()[0] + "\n")
     result = sktune(str(target))
     assert result.returncode == 1
     assert result.stderr.startswith("error:") and "Traceback" not in result.stderr
-    assert ("not found" if kind == "missing" else "is not a kernel_details.csv") in result.stderr
+    assert {"missing": "not found", "not_a_profile": "is not a kernel_details.csv",
+            "header_only": "has no kernel rows"}[kind] in result.stderr
