@@ -114,6 +114,18 @@ def startup_steps(space_inputs: bool, probing: bool) -> str:
     return ", ".join(steps)
 
 
+def check_same_backend(study: optuna.Study, created: bool, backend: str, asked: str) -> None:
+    """A resumed study continues with the backend it was tuned with (refused: SktuneError),
+    said before a worker starts: the refusal came after seconds of start-up, and named
+    neither backend."""
+    tuned = study.user_attrs.get(StudyAttr.BACKEND)
+    if created or tuned is None or tuned == backend:
+        return
+    picked = f" (--backend {asked} picked {backend} on this host)" if asked != backend else ""
+    raise SktuneError(f"study {study.study_name!r} was tuned with backend {tuned}, not {backend}{picked}; its "
+                      f"trials would not compare. Resume it with --backend {tuned}, or name a new --study")
+
+
 def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
          on_ready: Callable[[optuna.Study, Workload], None] | None = None,
          on_status: Callable[[str], None] | None = None) -> optuna.Study:
@@ -135,6 +147,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     if settings.warm_start:  # before the study is created and a worker starts
         check_warm_start_names(settings.warm_start, settings.warm_storage or settings.storage, settings.study)
     study, created = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
+    check_same_backend(study, created, backend.name, settings.backend)
     # From the study's creation on, a failure (or a stop) leaves no empty study behind.
     with dropped_unless_prepared(study, created, settings.storage):
         measures = measures_space_inputs(study, created)

@@ -268,3 +268,16 @@ def test_the_progress_bar_ends_on_the_result_the_table_shows(data: dict, line: s
     progress.finish(data)
     task = progress.progress.tasks[0]
     assert task.description == line and (task.completed, task.total) == (15, 15)  # patience ended it at 15/16
+
+
+def test_resuming_with_another_backend_is_refused_before_a_worker_starts(test_models: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/s.db"
+    tuned = optuna.create_study(study_name="on_npu", storage=storage)
+    tuned.set_user_attr("backend", "npu")
+    tuned.set_user_attr("space", "signature")
+    result = sktune("run", str(test_models / "tiny_norm.py"), "--backend", "inductor", "--study", "on_npu",
+                    "--storage", storage, "--trials", "1", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "study 'on_npu' was tuned with backend npu, not inductor" in result.stderr
+    assert "Resume it with --backend npu" in result.stderr and "starting worker" not in result.stderr
+    assert len(optuna.load_study(study_name="on_npu", storage=storage).trials) == 0
