@@ -198,6 +198,11 @@ class Backend(ABC):
         """The unfused run; by default the captured graph executed eagerly."""
         return graph.gm
 
+    def startup_static_compile(self) -> dict[str, Any] | None:
+        """The static-kernel compiles of the references so far, where the start-up's wall time
+        does not hold them (an emulated device states them); None elsewhere."""
+        return None
+
     def environment(self) -> dict[str, str]:
         """Versions and device facts recorded with every study."""
         return {"torch": torch.__version__}

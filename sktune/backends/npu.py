@@ -44,7 +44,7 @@ from sktune.backends.npu_option_check import MAX_DISTINCT_SCOPES, validate_compi
 from sktune.backends.npu_option_schema import OPTIMIZE, TOP_LEVEL_SCHEMA, KeySet, NpuOptionError, check_torch_npu_version
 from sktune.backends.npu_option_space import (DCCI_STRATEGY, dcci_options_for, optimize_options_from_params,
                                               search_options)
-from sktune.backends.npu_first_run import CheckedFirstRun, cann_work_path, made
+from sktune.backends.npu_first_run import CheckedFirstRun, ReferenceFirstRun, cann_work_path, made
 from sktune.backends.npu_fusion import planned_vs_actual
 from sktune.backends.npu_meta import FAIL_REASONS, RECOGNISED_FORMS, meta_files
 from sktune.backends.npu_profiling import profile_runs
@@ -110,6 +110,7 @@ class NpuBackend(Backend):
         self.static_cache = static_cache_rule(self.torch_npu_version)
         self.last_static: dict[str, Any] | None = None  # static compile of the last candidate's first run
         self.last_effective: str | None = None  # what its work path said about the options used
+        self.reference_static: list[dict[str, Any]] = []  # emulated static compiles of the references
 
     @property
     def emulated(self) -> bool:
@@ -205,7 +206,17 @@ class NpuBackend(Backend):
 
     def reference(self, graph: OpGraph) -> CompiledModel:
         options = {"super_kernel_optimize": False, "static_kernel_compile": True}
-        return _npugraph_ex()(copy.deepcopy(graph.gm), list(graph.flat_args), options=options)
+        compiled = _npugraph_ex()(copy.deepcopy(graph.gm), list(graph.flat_args), options=options)
+        return ReferenceFirstRun(compiled, self.reference_static) if self.emulated else compiled
+
+    def startup_static_compile(self) -> dict[str, Any] | None:
+        """The emulated static compiles of the references (on a host they are in the start-up's
+        wall time): they fill the static-kernel cache that the trials then hit."""
+        if not self.reference_static:
+            return None
+        return {"seconds": sum(r["seconds"] for r in self.reference_static),
+                "uncached_s": sum(r["uncached_s"] for r in self.reference_static), "emulated": True,
+                "references": len(self.reference_static)}
 
     def diagnostic_plan(self, plan: Plan) -> Plan | None:
         """The plan rerun after a hang: per-core op progress lands in the device log

@@ -50,6 +50,9 @@ class Workload:
     op_profile: OpProfile | None = None  # None: not measured (the study's is used, or it has none)
     exactness: dict[str, dict[str, Any]] = field(default_factory=dict)  # the probe's answers by op type; {}: none
     startup_s: dict[str, float] | None = None  # where the worker's start-up time went
+    # Static-kernel compiles of the start-up (the references), as a trial's static_compile;
+    # None where they are inside startup_s's wall time already (a host) or there are none.
+    startup_static: dict[str, Any] | None = None
     shapes: dict[str, ServedShape] = field(default_factory=dict)  # heaviest first; {}: no input_shapes()
     # The probe's answers at each named shape (``exactness`` merges them): a shape's own yardsticks
     # are built from its own answers (tuning/yardsticks.py); {}: no named shapes or no probe.
@@ -104,7 +107,8 @@ class Workload:
             "ops": self.ops_json(), "boundaries": list(self.boundaries),
             "capabilities": self.capabilities.to_json(), "kernelless": list(self.kernelless),
             "environment": self.environment, "op_profile": self.op_profile_json(), "exactness": self.exactness,
-            "startup_s": self.startup_s, "model_sha256": self.model_sha256, "input_shapes": self.input_shapes,
+            "startup_s": self.startup_s, "startup_static": self.startup_static,
+            "model_sha256": self.model_sha256, "input_shapes": self.input_shapes,
             "shapes": self.shapes_json(), "exactness_by_shape": self.exactness_by_shape,
         }
 
@@ -118,6 +122,7 @@ class Workload:
             kernelless=tuple(data.get("kernelless") or ()),
             op_profile=OpProfile.from_json(profile) if profile else None,
             exactness=dict(data.get("exactness") or {}), startup_s=data.get("startup_s"),
+            startup_static=data.get("startup_static"),
             shapes={name: ServedShape.from_json(s) for name, s in (data.get("shapes") or {}).items()},
             exactness_by_shape=dict(data.get("exactness_by_shape") or {}),
         )

@@ -10,17 +10,37 @@ time is the wall time plus either figure; every such number is labelled emulated
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import optuna
 
 from sktune.backends import REGISTRY, backend_class
+from sktune.pipe.workload import Workload
 from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.storage import worker_tag
+
+
+def record_run(study: optuna.Study, workload: Workload, phases_s: dict[str, float]) -> None:
+    """This run's worker time (its start-up and phases) and its start-up's static compiles,
+    under a key of its own: workers that share the study never overwrite each other's, and a
+    resumed study adds its runs instead of replacing the last one's."""
+    tag = worker_tag()
+    key = f"{StudyAttr.RUN}{tag['host']}:{tag['pid']}:{uuid.uuid4().hex[:8]}"
+    study.set_user_attr(key, {"wall_s": sum((workload.startup_s or {}).values()) + sum(phases_s.values()),
+                              "startup_static": workload.startup_static})
+
+
+def run_records(study: optuna.Study) -> list[dict[str, Any]]:
+    return [v for k, v in study.user_attrs.items() if k.startswith(StudyAttr.RUN)]
 
 
 def study_wall_s(study: optuna.Study) -> float:
-    """Worker start-up plus the last run's phases (search, refinement, finalists, profiles);
-    without those records, the span from the first trial's start to the last one's end."""
+    """The worker time of every finished run (start-up plus phases); a study from before
+    those records: the creator's start-up plus the last run's phases; without those, the
+    span from the first trial's start to the last one's end."""
+    if runs := run_records(study):
+        return float(sum(r["wall_s"] for r in runs))
     startup = study.user_attrs.get(StudyAttr.STARTUP_S) or {}
     phases = study.user_attrs.get(StudyAttr.PHASES_S) or {}
     if phases:
@@ -36,20 +56,24 @@ def study_wall_s(study: optuna.Study) -> float:
 def static_compile_summary(study: optuna.Study) -> dict[str, Any]:
     """``static_compile`` (None when no trial recorded one) and ``estimated_host_time``
     (emulated studies only, else None)."""
-    records = [t.user_attrs[TrialAttr.STATIC_COMPILE] for t in study.get_trials(deepcopy=False)
-               if t.user_attrs.get(TrialAttr.STATIC_COMPILE)]
-    if not records:
+    trials = [t.user_attrs[TrialAttr.STATIC_COMPILE] for t in study.get_trials(deepcopy=False)
+              if t.user_attrs.get(TrialAttr.STATIC_COMPILE)]
+    if not trials:
         return {"static_compile": None, "estimated_host_time": None}
+    # The references' compiles at each run's start-up (emulated only: a host's wall time holds them).
+    startups = [r["startup_static"] for r in run_records(study) if r.get("startup_static")]
+    records = trials + startups
     emulated = any(r.get("emulated") for r in records)
     seconds = sum(float(r["seconds"]) for r in records)
     uncached = [r.get("uncached_s") for r in records]
     uncached_s = None if any(u is None for u in uncached) else sum(float(u) for u in uncached)  # type: ignore[arg-type]
-    static = {"trials": len(records), "seconds": seconds, "uncached_s": uncached_s, "emulated": emulated}
+    static = {"trials": len(trials), "startups": len(startups), "seconds": seconds, "uncached_s": uncached_s,
+              "emulated": emulated}
     if not emulated:
         return {"static_compile": static, "estimated_host_time": None}
     wall = study_wall_s(study)
     return {"static_compile": static, "estimated_host_time": {
-        "wall_s": wall, "with_cache_s": wall + seconds,
+        "wall_s": wall, "runs": len(run_records(study)) or 1, "with_cache_s": wall + seconds,
         "without_cache_s": None if uncached_s is None else wall + uncached_s, "emulated": True}}
 
 
@@ -63,6 +87,10 @@ def effective_options_checked(study: optuna.Study) -> bool | None:
         return False
     return any((t.user_attrs.get(TrialAttr.OBSERVED) or {}).get("effective_options") == "checked"
                for t in study.get_trials(deepcopy=False))
+
+
+def _runs(n: int) -> str:
+    return "its run" if n == 1 else f"its {n} runs"
 
 
 def _duration(seconds: float) -> str:
@@ -79,8 +107,9 @@ def host_time_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(
             f"estimated host time (emulated): {_duration(host['with_cache_s'])} with the static-kernel cache"
             + ("" if without is None else f", {_duration(without)} without it")
-            + f" (this run's wall time {_duration(host['wall_s'])} plus the emulated static compiles of "
-            f"{static['trials']} trials)")
+            + f" (the worker time of {_runs(host.get('runs', 1))}, {_duration(host['wall_s'])}, plus the emulated "
+            f"static compiles of {static['trials']} trials"
+            + (f" and {static['startups']} start-ups' references)" if static.get("startups") else ")"))
     elif static:
         lines.append(f"static-kernel compile: {static['seconds']:.1f} s over {static['trials']} trials "
                      "(wall time of compile + first forward)")

@@ -89,6 +89,7 @@ class StudyAttr:
     PROFILE_BEST = "profile_best"
     PROFILE_BEST_TRIAL = "profile_best_trial"
     PHASES_S = "phases_s"  # seconds of the last run's search, refinement, finalists, profiles
+    RUN = "run:"  # + host:pid:a random tag: one record per finished run (tuning/host_time.py)
     WHOLE_REGION_SKIPPED = "whole_region_skipped"  # why the whole-region refinement was not tried (refine.py)
     EFFECTIVE_OPTIONS_UNCHECKED = "effective_options_unchecked"  # the study's one warning: no dump compared
     VERIFY_SHAPES = "verify_shapes"  # the model's verify-only shapes (verify_shapes()), in order; absent: none

@@ -111,6 +111,7 @@ class TrialRunner:
             model_sha256=self.source.sha256, input_shapes=signature(self.inputs[0]),
             kernelless=tuple(self.kernelless), op_profile=self.op_profile, exactness=self.exactness,
             startup_s=self.startup_s, exactness_by_shape=self.exactness_by_shape,
+            startup_static=self.backend.startup_static_compile(),
             # Heaviest first; empty for a model without input_shapes().
             shapes={name: ServedShape(s.weight, signature(s.inputs[0]))
                     for name, s in self.shape_sets.items() if name is not None},

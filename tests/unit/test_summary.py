@@ -87,8 +87,9 @@ def test_static_compile_reaches_the_summary_with_one_effective_options_warning(
     assert study.trials[-2].user_attrs["static_compile"] == {"seconds": 30.0, "uncached_s": 30.0, "emulated": True}
     assert len([r for r in caplog.records if "not compared" in r.message]) == 1
     out = summary(study)
-    assert out["static_compile"] == {"trials": 2, "seconds": 30.0, "uncached_s": 50.0, "emulated": True}
-    assert out["estimated_host_time"] == {"wall_s": 10.0, "with_cache_s": 40.0, "without_cache_s": 60.0,
+    assert out["static_compile"] == {"trials": 2, "startups": 0, "seconds": 30.0, "uncached_s": 50.0,
+                                     "emulated": True}
+    assert out["estimated_host_time"] == {"wall_s": 10.0, "runs": 1, "with_cache_s": 40.0, "without_cache_s": 60.0,
                                           "emulated": True}
     assert out["effective_options_checked"] is False and "trial 2" in out["effective_options_warning"]
     assert "compares only sk_meta/sk_options.json" in out["effective_options_warning"]  # the backend's forms
@@ -98,6 +99,43 @@ def test_static_compile_reaches_the_summary_with_one_effective_options_warning(
     assert "estimated host time (emulated): 0 min 40 s with the static-kernel cache, 1 min 00 s without" in printed
     assert "effective options not checked" in printed
     assert TrialResult.from_json(npu_result(1.0, 2.0, "checked").to_json()).static_compile.uncached_s == 2.0
+
+
+def test_the_estimate_counts_every_run_and_the_references_static_compiles() -> None:
+    """A resumed emulated study: the worker time of each run, and the static compiles of each
+    start-up's references (they fill the cache the trials then hit). One run's wall time next
+    to every run's compiles, without the references, read 4 s where one compile costs minutes."""
+    from sktune.tuning.host_time import record_run
+
+    study = study_whose_best_fuses_nothing(0.96)
+    for key, value in {"backend": "npu", "environment": {"backend": "npu", "emulated": "true"},
+                       "startup_s": {"load": 2.0}, "phases_s": {"search": 8.0}}.items():
+        study.set_user_attr(key, value)
+    trial = study.ask()
+    trial.set_user_attr("static_compile", {"seconds": 0.0, "uncached_s": 110.0, "emulated": True})
+    study.tell(trial, 1.0)
+    created = describe_workload({"load": 2.0, "capture": 1.0}, {"seconds": 270.0, "uncached_s": 270.0,
+                                                                "emulated": True, "references": 1})
+    record_run(study, created, {"search": 7.0})
+    record_run(study, describe_workload({"load": 0.5}, None), {"search": 3.5})  # resumed: the cache served it
+    out = summary(study)
+    assert out["static_compile"] == {"trials": 1, "startups": 1, "seconds": 270.0, "uncached_s": 380.0,
+                                     "emulated": True}
+    assert out["estimated_host_time"] == {"wall_s": 14.0, "runs": 2, "with_cache_s": 284.0,
+                                          "without_cache_s": 394.0, "emulated": True}
+    from sktune.tuning.host_time import host_time_lines
+
+    assert host_time_lines(out)[0] == (
+        "estimated host time (emulated): 4 min 44 s with the static-kernel cache, 6 min 34 s without it (the "
+        "worker time of its 2 runs, 0 min 14 s, plus the emulated static compiles of 1 trials and 1 start-ups' "
+        "references)")
+
+
+def describe_workload(startup_s: dict[str, float], static: dict | None) -> "Workload":
+    from sktune.capabilities import Capabilities
+    from sktune.pipe.workload import Workload
+
+    return Workload((), (), Capabilities(), {"backend": "npu"}, "sha", [], startup_s=startup_s, startup_static=static)
 
 
 def test_inductor_study_has_no_static_compile_figures() -> None:
