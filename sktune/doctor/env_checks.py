@@ -36,16 +36,19 @@ def judge_versions(torch_version: str, npu_version: str, key_set: str, emulated:
         return differs(name, f"torch-npu {npu_version} has the old SuperKernel key set: only scopes are searched",
                        seen)
     # Each torch-npu release pins its torch (docs/npu_api.md, "Install and import"); the
-    # emulator stands in for any torch-npu on the torch that is installed.
-    if not emulated and _release(torch_version) != _release(npu_version):
+    # emulator stands in for any torch-npu on the torch that is installed: nothing to check.
+    if emulated:
+        return could_not(name, "emulated: the emulator stands in for any torch-npu, so the torch it pins is "
+                         "not checked", seen)
+    if _release(torch_version) != _release(npu_version):
         return differs(name, f"torch {torch_version} is not the torch torch-npu {npu_version} pins "
                        f"({_release(npu_version)}.*)", seen)
     return confirmed(name, seen)
 
 
 def check_cann_version(session: DoctorSession) -> CheckResult:
-    if session.backend.emulated:
-        return confirmed("cann_version", "CANN emulated: no toolkit is read, the Ascend is the test emulator")
+    if session.backend.emulated:  # no toolkit to read: saying "confirmed" would claim a CANN that is not there
+        return could_not("cann_version", "emulated: no CANN toolkit is read (the Ascend is the test emulator)")
     return judge_cann_version(cann_version_files())
 
 
