@@ -38,6 +38,13 @@ def find_profile_files(path: str | Path) -> ProfileFiles:
     if not p.exists():
         raise ProfileError(f"profile path not found: {p}")
     if p.is_file():
+        if p.suffix.lower() != ".csv":  # e.g. trace_view.json: read as a CSV it failed on its header
+            raise ProfileError(f"{p} is not a CSV: sktune profile reads torch_npu.profiler's kernel_details.csv "
+                               f"(in {OUTPUT_DIR}/ of a *_ascend_pt directory)")
+        if p.name.startswith("op_summary"):  # msprof's own export: other column names
+            raise ProfileError(f"{p} is msprof's op summary, not torch_npu.profiler's kernel_details.csv; profile "
+                               "with torch_npu.profiler (README \"Running on Ascend\") and pass its *_ascend_pt "
+                               "directory")
         siblings = p.parent if p.name == "kernel_details.csv" else None
         return _files(p, siblings, p.parent.parent if siblings and p.parent.name == OUTPUT_DIR else None)
     if (p / "kernel_details.csv").is_file():
@@ -50,8 +57,10 @@ def find_profile_files(path: str | Path) -> ProfileFiles:
             f"torch_npu.profiler.profiler.analyse('{p}') on a machine with torch_npu")
     runs = [d for d in p.iterdir() if d.is_dir() and d.name.endswith("_ascend_pt")]
     if not runs:
+        named = sorted(f.name for f in p.glob("kernel_details*.csv"))  # renamed copies: name one of them
         raise ProfileError(f"no Ascend profile in {p}: expected kernel_details.csv, {OUTPUT_DIR}/ "
-                           "or *_ascend_pt directories")
+                           "or *_ascend_pt directories"
+                           + (f" (it holds {', '.join(named[:3])}: pass that file)" if named else ""))
     stamps = [_name_timestamp(d) for d in runs]
     by_name = all(s is not None for s in stamps)
     newest = max(runs, key=(lambda d: (_name_timestamp(d), d.name)) if by_name else (lambda d: d.stat().st_mtime))

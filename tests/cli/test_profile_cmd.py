@@ -55,7 +55,7 @@ def test_human_summary_says_when_the_profile_has_no_steps() -> None:
     assert "Not in sktune's list" not in result.stdout
 
 
-@pytest.mark.parametrize("kind", ["missing", "not_a_profile", "header_only"])
+@pytest.mark.parametrize("kind", ["missing", "not_a_profile", "header_only", "json", "renamed_in_folder"])
 def test_bad_path_is_one_message(tmp_path: Path, kind: str) -> None:
     target = tmp_path / "nope"
     if kind == "not_a_profile":
@@ -64,8 +64,14 @@ def test_bad_path_is_one_message(tmp_path: Path, kind: str) -> None:
     if kind == "header_only":  # a file cut short: its summary was empty, "nothing fused", exit 0
         target = tmp_path / "kernel_details.csv"
         target.write_text(REAL.read_text().splitlines()[0] + "\n")
+    if kind == "json":  # read as a CSV, it failed on its header
+        target = tmp_path / "trace_view.json"
+        target.write_text('[{"ph": "X", "name": "MatMul"}]')
+    if kind == "renamed_in_folder":
+        target = REAL.parent
     result = sktune(str(target))
     assert result.returncode == 1
     assert result.stderr.startswith("error:") and "Traceback" not in result.stderr
     assert {"missing": "not found", "not_a_profile": "is not a kernel_details.csv",
-            "header_only": "has no kernel rows"}[kind] in result.stderr
+            "header_only": "has no kernel rows", "json": "trace_view.json is not a CSV",
+            "renamed_in_folder": "it holds kernel_details_bf16_train.csv: pass that file"}[kind] in result.stderr
