@@ -7,7 +7,8 @@ the placements of public Ascend serving stacks):
 - ``no-scopes``: SuperKernel on, no markers: CANN picks the fusible ops itself;
 - ``full-model``: one scope around the whole captured model, alone and with
   ``dcci_after_kernel_end=[".*"]`` (a serving stack's whole-model capture scope);
-- ``scope-per-layer``: one scope per repeated layer;
+- ``scope-per-layer``: one scope per repeated layer (what comes before the first and after
+  the last, e.g. the embedding and the head, unscoped);
 - ``scope-per-mlp``: one scope around each MLP / MoE block (older serving placements).
 
 All run with the runtime's default options except where the name says otherwise. The
@@ -62,8 +63,9 @@ def superkernel_anchors(space: SearchSpace, modules: Sequence[str]) -> list[Anch
     if "dcci_strategy" in defaults:
         anchors.append((f"{FULL_MODEL}+dcci_after_kernel_end",
                         space.params_for(everything, **{**defaults, "dcci_strategy": "safe"})))
-    if space.repeats is not None:
-        anchors.append(("scope-per-layer", space.params_for(everything, split=space.unit_edges(), **defaults)))
+    if space.repeats is not None:  # the layers only: a serving stack leaves the embedding and the head unscoped
+        layers = [any(a <= first and last <= b for a, b in space.repeats.units) for first, last in space.blocks]
+        anchors.append(("scope-per-layer", space.params_for(layers, split=space.unit_edges(), **defaults)))
     per_mlp = _per_mlp(space, modules)
     if per_mlp is not None:
         fuse, split = per_mlp

@@ -146,3 +146,19 @@ def test_a_repair_whose_run_was_stopped_is_queued_again_on_resume(space: SearchS
     assert [t.user_attrs for t in again] == [kept] and kept[TrialAttr.ANCHOR] == DCCI_FROM_CULPRIT
     assert again[0].system_attrs["fixed_params"] == study.trials[stopped.number].system_attrs["fixed_params"]
     assert requeue_stopped_seeds(study) == []  # once
+
+
+def test_scope_per_layer_scopes_the_layers_only() -> None:
+    """As a serving stack places it: one scope per repeated layer; the embedding before the
+    first layer and the head after the last stay unscoped (a scope around the embedding
+    alone made this anchor inexact on the emulated Ascend)."""
+    layer = [("mul", "norm"), ("linear", "mlp.up"), ("relu", "mlp"), ("linear", "mlp.down"), ("add", "")]
+    targets = ["embedding"] + [t for _ in range(3) for t, _ in layer] + ["linear"]
+    modules = ["embed"] + [f"layers.{i}" + (f".{m}" if m else "") for i in range(3) for _, m in layer] + ["head"]
+    options = tuple(search_options(["Add", "GatherV2", "MatMulV2", "Mul"]))
+    space = build_space(targets, modules, list(range(len(targets) - 1)),
+                        Capabilities(options=options, unmarked_plans=True, anchor_set="superkernel"))
+    assert space.repeats is not None and space.repeats.units == ((1, 5), (6, 10), (11, 15))
+    params = dict(superkernel_anchors(space, modules))["scope-per-layer"]
+    fused = [(s.first_op, s.last_op) for s in space.decode(params).scopes if s.name is not None]
+    assert fused == [(1, 5), (6, 10), (11, 15)]
