@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,19 +24,13 @@ import torch
 
 import sktune
 from sktune.load import build, draw_inputs, load_model_file
+from sktune.benchlib.interleave import interleaved_seconds
 from sktune.measure.heap import steady_heap
 
 
 def per_call_us(ways: dict[str, Callable[[], object]], batches: int, calls: int) -> dict[str, float]:
     """Median µs per call of each way, batches interleaved so that drift hits all alike."""
-    samples: dict[str, list[float]] = {name: [] for name in ways}
-    for _ in range(batches):
-        for name, call in ways.items():
-            started = time.perf_counter()
-            for _ in range(calls):
-                call()
-            samples[name].append((time.perf_counter() - started) / calls * 1e6)
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return {name: statistics.median(s) * 1e6 for name, s in interleaved_seconds(ways, batches, calls).items()}
 
 
 def main() -> None:

@@ -18,7 +18,6 @@ import importlib
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import torch
 
 import sktune.backends.inductor as inductor
+from sktune.benchlib.interleave import interleaved_seconds
 from sktune.measure.heap import steady_heap
 from sktune.backends.inductor import InductorBackend
 from sktune.graph.capture import capture
@@ -41,17 +41,8 @@ def plan_of(spans: str, options: dict[str, Any]) -> Plan:
 
 
 def interleaved_ms(candidates: dict[str, Callable[[], Any]]) -> dict[str, list[float]]:
-    for fn in candidates.values():
-        for _ in range(3):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(ROUNDS):
-        for name, fn in candidates.items():
-            start = time.perf_counter()
-            for _ in range(CALLS):
-                fn()
-            times[name].append((time.perf_counter() - start) / CALLS * 1e3)
-    return times
+    return {name: [t * 1e3 for t in times]
+            for name, times in interleaved_seconds(candidates, ROUNDS, CALLS).items()}
 
 
 def main() -> None:
