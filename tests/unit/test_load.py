@@ -174,6 +174,9 @@ def test_a_forward_that_reads_its_state_only_passes(tmp_path: Path) -> None:
     forward_checked(model_file(tmp_path, "return x * self.scale + self.w",
                                init="self.register_buffer('scale', torch.ones(8)); self.w = torch.nn.Parameter("
                                     "torch.zeros(8))"))
+    # A cache the first call builds (a rotary table, say) is set once, not kept from call to call.
+    forward_checked(model_file(tmp_path, "self.table = self.table if self.table is not None else x.mean(0); "
+                                         "return x + self.table", init="self.register_buffer('table', None)"))
 
 
 @pytest.mark.parametrize(("inputs", "top", "extra", "message"), [
