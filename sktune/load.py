@@ -115,14 +115,17 @@ def load_model_file(path: str | Path) -> ModelSource:
     if missing:
         raise ModelFileError(f"{path} does not define {' and '.join(missing)}.\n{CONTRACT}")
     check_callable_as(module.build_model, (), {}, f"build_model in {path} must take no arguments", CONTRACT)
-    check_callable_as(module.example_inputs, (0,), {}, f"example_inputs in {path} must take the seed "
-                      "(an int) as its one required argument", CONTRACT)
     shapes = getattr(module, "input_shapes", None)
     if shapes is not None and not callable(shapes):
         raise ModelFileError(f"input_shapes in {path} must be a function.\n{SHAPES_CONTRACT}")
     if shapes is not None and "shape" not in inspect.signature(module.example_inputs).parameters:
         raise ModelFileError(
             f"{path} defines input_shapes() but example_inputs takes no 'shape' argument.\n{SHAPES_CONTRACT}")
+    # As sktune will call it: example_inputs(seed), or example_inputs(seed, shape=NAME) beside input_shapes().
+    check_callable_as(module.example_inputs, (0,), {} if shapes is None else {"shape": "a shape"},
+                      f"example_inputs in {path} must take the seed (an int)"
+                      + (" and the shape's name (shape=)" if shapes is not None else "")
+                      + " as its only required arguments", CONTRACT if shapes is None else SHAPES_CONTRACT)
     verify = getattr(module, "verify_shapes", None)
     if verify is not None and not callable(verify):
         raise ModelFileError(f"verify_shapes in {path} must be a function.\n{SHAPES_CONTRACT}")

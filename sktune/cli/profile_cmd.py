@@ -31,7 +31,7 @@ def profile_command(
         from sktune.measure.ascend_summary import summarize
 
         summary = summarize(find_profile_files(path))
-        if not summary.steps:  # a header alone (or a cut file): an empty summary would read as "nothing fused"
+        if not summary.steps and not summary.top_kernels:  # a header alone, a cut file: it read "nothing fused"
             raise ProfileError(f"{summary.source} has no kernel rows: the profile recorded no kernel (a file cut "
                                "short, or steps that ran nothing on the device)")
     if as_json:

@@ -75,3 +75,20 @@ def test_bad_path_is_one_message(tmp_path: Path, kind: str) -> None:
     assert {"missing": "not found", "not_a_profile": "is not a kernel_details.csv",
             "header_only": "has no kernel rows", "json": "trace_view.json is not a CSV",
             "renamed_in_folder": "it holds kernel_details_bf16_train.csv: pass that file"}[kind] in result.stderr
+
+
+def test_kernels_outside_every_step_are_still_summarised(tmp_path: Path) -> None:
+    """Blank Step Ids: no step's figures, but the kernels are there (not "no kernel rows")."""
+    import csv
+
+    rows = list(csv.reader(REAL.open(encoding="utf-8-sig")))
+    column = rows[0].index("Step Id")
+    for row in rows[1:]:
+        row[column] = ""
+    target = tmp_path / "kernel_details.csv"
+    with target.open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    result = sktune(str(target), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["steps"] == [] and data["top_kernels"]

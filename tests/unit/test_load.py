@@ -199,7 +199,7 @@ def test_inputs_and_imports_that_break_the_contract_are_named(tmp_path: Path, in
 
 
 @pytest.mark.parametrize(("signature", "message"), [
-    ("def example_inputs():", "example_inputs in .* must take the seed \\(an int\\) as its one required argument"),
+    ("def example_inputs():", "example_inputs in .* must take the seed \\(an int\\) as its only required arguments"),
     ("def example_inputs(seed, batch):", "missing a required argument: 'batch'"),
 ])
 def test_contract_functions_that_cannot_be_called_as_sktune_calls_them_are_named(tmp_path: Path, signature: str,
@@ -209,6 +209,12 @@ def test_contract_functions_that_cannot_be_called_as_sktune_calls_them_are_named
                                              f"{signature}\n    g = torch.Generator()"))
     with pytest.raises(ModelFileError, match=message):
         load_model_file(path)
+
+
+def test_a_shaped_example_inputs_may_require_its_shape(tmp_path: Path) -> None:
+    # Beside input_shapes(), sktune calls example_inputs(seed, shape=NAME): a shape without a default is fine.
+    path = shapes_file(tmp_path, "{'a': 1}", "seed, shape")
+    assert load_model_file(path).input_shapes is not None
 
 
 def test_a_keyword_only_forward_is_told_that_inputs_are_passed_by_position(tmp_path: Path) -> None:
