@@ -146,6 +146,8 @@ class Backend(ABC):
     checks_effective_options: bool = False  # each trial compares the options the compiler used with the plan's
     scope_markers_under: str | None = None  # the compile call that honours scope markers in the user's source
     has_doctor: bool = False  # ``sktune doctor`` checks this backend's assumptions about its host
+    # The device profiler whose times the trials are timed by (None: a clock; profiles only explain).
+    device_profiler: str | None = None
 
     def prefetch(self, graph: OpGraph, plan: Plan) -> int:
         """Hand ``plan``'s regions to the compile helper ahead of time; how many (default: none)."""

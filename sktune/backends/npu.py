@@ -94,6 +94,7 @@ class NpuBackend(Backend):
     checks_effective_options = True  # CANN's sk_meta (npu_meta.py)
     scope_markers_under = 'torch.compile(backend="npugraph_ex")'
     has_doctor = True
+    device_profiler = "torch_npu.profiler"  # device time per step from kernel_details.csv (time_batches)
 
     def __init__(self, profile_kernels: bool = False, torch_npu_version_: str | None = None,
                  for_trials: bool = False) -> None:

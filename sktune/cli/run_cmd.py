@@ -37,7 +37,7 @@ def run_command(
     model: Annotated[Path, typer.Argument(help="Python file defining build_model() and example_inputs(seed).")],
     backend: BackendName = "auto",
     effort: Annotated[EffortName, typer.Option(help="quick (15 trials) | default (30) | thorough (100): trials, timing batches, patience, finalists.")] = EffortName.default,
-    trials: Annotated[int | None, typer.Option(min=1, help="Trials to run in this invocation (default: the effort's); the unfused plan, the best's refinements and reused plans may add a few.")] = None,
+    trials: Annotated[int | None, typer.Option(min=1, help="Trials to run in this invocation (default: the effort's); the unfused plan, the best's refinements, each shape's yardsticks and reused plans may add a few.")] = None,
     patience: Annotated[int | None, typer.Option(min=1, help="Stop after this many trials in a row without a significant gain (default: the effort's: 6 / 12 / 30).")] = None,
     no_stop: Annotated[bool, typer.Option("--no-stop", help="Run every trial: never stop early for lack of gains.")] = False,
     probe: Annotated[bool, typer.Option(help="Probe each op type alone for bitwise exactness first (where the backend probes; cached).")] = True,

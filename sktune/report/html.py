@@ -14,6 +14,8 @@ from typing import Any
 import optuna
 import pandas as pd
 
+from sktune.backends import REGISTRY, backend_class
+from sktune.backends._base import Backend
 from sktune.report import data, figures, trials_data
 from sktune.report.html_table import SORT_JS, cell, esc, interval, num, table
 from sktune.tuning.records import StudyAttr, TrialAttr, speedup_of
@@ -120,8 +122,9 @@ def _fusion(study: optuna.Study, figs: _Figures) -> str:
     head = '<h2 id="fusion">2. Fusion map of the best plan</h2>'
     if fm.trial is None:
         return head + '<p class="note">No bitwise-exact plan: nothing to map.</p>'
-    fallback = ("; dotted: an op type the plan runs as its own ATen kernel inside the region "
-                "(<code>fallback_ops</code>)" if study.user_attrs.get(StudyAttr.BACKEND) == "inductor" else "")
+    option = _backend(study).fallback_option  # only a backend with fallbacks has that legend
+    fallback = (f"; dotted: an op type the plan runs as its own kernel inside the region (<code>{esc(option)}"
+                "</code>)" if option else "")
     text = (f"<p>Trial #{fm.trial}: {fm.n_groups} fusion group(s) over {fm.ops['op'].nunique()} ops. "
             "Each bar is one op in execution order; hover for its type, module path and source line. "
             f"Dark hatched: under a never-fuse (None) scope; light grey: not fused{fallback}.</p>")
@@ -143,6 +146,12 @@ def _fail_reasons(study: optuna.Study) -> str:
             + table(["reason", "log lines", "trials", "ops"], rows, sortable=True))
 
 
+def _backend(study: optuna.Study) -> type[Backend]:
+    """The study's backend class (what it knows without a device); the base class for an unknown one."""
+    name = study.user_attrs.get(StudyAttr.BACKEND)
+    return backend_class(name) if name in REGISTRY else Backend
+
+
 def _time(study: optuna.Study, figs: _Figures, emulated: bool) -> str:
     head = '<h2 id="time">3. Where time goes</h2>'
     breakdown, kernels = data.time_breakdown(study), data.top_kernels(study)
@@ -151,14 +160,13 @@ def _time(study: optuna.Study, figs: _Figures, emulated: bool) -> str:
     floor = ("The dashed busy floor is the baseline's busy time: what a step would take if every gap were "
              "removed but the same kernels ran; a plan below it also made the kernels themselves cheaper "
              "(fewer passes over memory).")
-    if study.user_attrs.get(StudyAttr.BACKEND) == "npu":  # device time: the same source as the trials' timing
-        source = "torch_npu.profiler" + (", emulated" if emulated else "")
-        text = ("<p>From <code>torch_npu.profiler</code>'s <code>kernel_details.csv</code> over the profiled "
-                "steps (medians per step)"
+    if profiler := _backend(study).device_profiler:  # device time: the same source as the trials' timing
+        source = profiler + (", emulated" if emulated else "")
+        text = (f"<p>From <code>{esc(profiler)}</code> over the profiled steps (medians per step)"
                 + (", <strong>on the emulated Ascend: its model of a device, not an NPU</strong>" if emulated
                    else "")
                 + ". Busy: some kernel running on the device; gap: the device idle between kernels (launches, "
-                f"host work), which fusion removes. {floor} On npu the trials are timed from the same "
+                f"host work), which fusion removes. {floor} The trials are timed from the same "
                 "device times.</p>")
         axis = "device µs per step" + (" (emulated)" if emulated else "")
     else:

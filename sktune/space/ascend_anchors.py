@@ -7,8 +7,8 @@ the placements of public Ascend serving stacks):
 - ``no-scopes``: SuperKernel on, no markers: CANN picks the fusible ops itself;
 - ``full-model``: one scope around the whole captured model, alone and with
   ``dcci_after_kernel_end=[".*"]`` (a serving stack's whole-model capture scope);
-- ``scope-per-layer``: one scope per repeated layer (what comes before the first and after
-  the last, e.g. the embedding and the head, unscoped);
+- ``scope-per-layer``: one scope per repeated layer; what lies outside the layers (the
+  embedding before the first, the head after the last, any ops between two) unscoped;
 - ``scope-per-mlp``: one scope around each MLP / MoE block (older serving placements).
 
 All run with the runtime's default options except where the name says otherwise. The

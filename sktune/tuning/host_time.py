@@ -31,6 +31,17 @@ def record_run(study: optuna.Study, workload: Workload, phases_s: dict[str, floa
                               "startup_static": workload.startup_static})
 
 
+def record_earlier_runs(study: optuna.Study) -> None:
+    """A study whose runs finished under an older sktune (no run records): their time as one
+    record, from what it kept (the creator's start-up and the last run's phases), so that a
+    resume under this one adds to it instead of dropping it."""
+    if run_records(study) or StudyAttr.PHASES_S not in study.user_attrs:
+        return
+    wall = sum((study.user_attrs.get(StudyAttr.STARTUP_S) or {}).values()) + sum(
+        study.user_attrs[StudyAttr.PHASES_S].values())
+    study.set_user_attr(f"{StudyAttr.RUN}earlier runs", {"wall_s": wall, "startup_static": None})
+
+
 def run_records(study: optuna.Study) -> list[dict[str, Any]]:
     return [v for k, v in study.user_attrs.items() if k.startswith(StudyAttr.RUN)]
 

@@ -28,7 +28,7 @@ from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
-from sktune.tuning.host_time import record_run
+from sktune.tuning.host_time import record_earlier_runs, record_run
 from sktune.tuning.warm_start import check_warm_start_names, warm_plans
 from sktune.tuning.yardsticks import run_yardsticks
 from sktune.tuning.supervisor import SupervisedWorker, runner_config
@@ -212,6 +212,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                 confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
             with phases("profiles"):
                 profile_baseline_and_best(study, worker, settings.trial_timeout)
+            record_earlier_runs(study)  # before this run's phases replace the last one's
             study.set_user_attr(StudyAttr.PHASES_S, phases.seconds)
             record_run(study, started, phases.seconds)
     return study

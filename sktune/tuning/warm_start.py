@@ -25,8 +25,9 @@ import optuna
 
 from sktune.errors import PlanError, SktuneError
 from sktune.graph.structure import find_repeats
-from sktune.space.search_space import NO_SCOPES, SearchSpace
-from sktune.tuning.records import StudyAttr, TrialAttr, top_records
+from sktune.space.search_space import FUSE_ALL, NO_SCOPES, UNFUSED, SearchSpace
+from sktune.tuning.records import FUSE_EVERYTHING, StudyAttr, TrialAttr, top_records
+from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import make_storage, mask_url
 from sktune.pipe.workload import Workload
 
@@ -148,7 +149,17 @@ def warm_plans(names: Sequence[str], storage: str, workload: Workload, space: Se
                 plan = replace(plan, same_as=first_of[plan.key])
             first_of.setdefault(plan.key, plan.anchor)
             out.append(plan)
-    return out
+    return yield_to_anchors(out, space, workload)
+
+
+def yield_to_anchors(warm: list[WarmPlan], space: SearchSpace, workload: Workload) -> list[WarmPlan]:
+    """A warm plan that is this space's unfused or fuse-everything anchor runs as that anchor
+    (``same_as`` its name): the yardsticks, the finalists' round and the refinement's cost
+    cap look those up by name, and a warm plan in their place left them without one."""
+    named = {name: (params, space.fuse_all_overrides if name == FUSE_ALL else {})
+             for name, params in starting_points(space, workload) if name in (UNFUSED, *FUSE_EVERYTHING)}
+    by_key = {WarmPlan("", 0, params, "", overrides).key: name for name, (params, overrides) in named.items()}
+    return [replace(w, same_as=by_key[w.key]) if not w.same_as and w.key in by_key else w for w in warm]
 
 
 def carried_overrides(space: SearchSpace, overrides: dict[str, Any], study: str, trial: int) -> dict[str, Any]:

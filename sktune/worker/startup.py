@@ -8,6 +8,7 @@ verifies and measures plans on what this loaded.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,10 +110,10 @@ def checked_inputs(source: ModelSource, model: torch.nn.Module, names: list[str 
     mistake to stop at now, not one found after the whole search (reported as "not bitwise")."""
     drawn = {name: [tuple(t.to(device) for t in draw_inputs(source, seed, name)) for seed in range(input_sets)]
              for name in names}
-    for inputs in drawn.values():
-        check_same_signature(inputs, source.path)
+    for name, inputs in drawn.items():
+        check_same_signature(inputs, source.path, name)
     for name in verify_names:  # drawn, checked and dropped: captured on first use (verify_only.py)
-        check_same_signature([draw_inputs(source, seed, name) for seed in range(input_sets)], source.path)
+        check_same_signature([draw_inputs(source, seed, name) for seed in range(input_sets)], source.path, name)
     check_forward(model, drawn[names[0]][0], source.path)
     return drawn
 
@@ -136,13 +137,15 @@ def shape_set(backend: Backend, name: str | None, weight: float, graph: OpGraph,
     return ShapeSet(name, weight, graph, inputs, args, reference_fn, references)
 
 
-def check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path) -> None:
+def check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path,
+                         shape: str | None = None) -> None:
     first = [(tuple(t.shape), t.dtype) for t in input_sets[0]]
+    at = "" if shape is None else f", shape={shape!r}"
     for seed, inputs in enumerate(input_sets[1:], start=1):
         if [(tuple(t.shape), t.dtype) for t in inputs] != first:
             raise ModelFileError(
-                f"example_inputs({seed}) in {path} returns other shapes or dtypes than example_inputs(0); "
-                "each seed must draw new values with the same shapes and dtypes"
+                f"example_inputs({seed}{at}) in {path} returns other shapes or dtypes than "
+                f"example_inputs(0{at}); each seed must draw new values with the same shapes and dtypes"
             )
 
 
@@ -201,8 +204,9 @@ def check_forward(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path
         raise ModelFileError(
             f"the forward of {path} writes the model's {', '.join(written[:3])}; sktune verifies a plan by "
             "its outputs only and runs the model many times, so state kept in the model (a running "
-            "statistic, a counter, a cache) would be neither verified nor the same from run to run. "
-            "Pass such state as an input and return its new value")
+            "statistic, a counter, a cache, a scratch buffer) would be neither verified nor the same from "
+            "run to run. Pass such state as an input and return its new value; allocate scratch space "
+            "inside forward")
     again = compare_outputs(flat, flatten_outputs(second))
     if again:
         raise NondeterministicModelError(
@@ -232,6 +236,8 @@ def _forward(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Pat
     except SystemExit as exc:
         raise ModelFileError(f"the forward of {path} called sys.exit({exc.code!r})") from exc
     except Exception as exc:
+        # "takes 1 positional argument but 3 were given": a keyword-only forward (not "missing ... argument")
         hint = (" (sktune calls forward(*example_inputs(seed)): its inputs are passed by position)"
-                if isinstance(exc, TypeError) and "positional argument" in str(exc) else "")
+                if isinstance(exc, TypeError) and re.search(r"positional arguments? but \d+ (were|was) given",
+                                                            str(exc)) else "")
         raise ModelFileError(f"the model's forward raised {type(exc).__name__}: {exc}{hint}") from exc

@@ -62,7 +62,7 @@ class VerifyOnly:
         try:
             drawn = [tuple(t.to(device) for t in draw_inputs(source, seed, name)) for seed in range(config.input_sets)]
             inputs = signature(drawn[0])
-            check_same_signature(drawn, source.path)
+            check_same_signature(drawn, source.path, name)
             assert self._model is not None, "the loaded model was not kept"
             capture_dir = None if config.capture_cache is None else Path(config.capture_cache)
             graph, _ = capture_cached(self._model, drawn[0], capture_dir, source.sha256)

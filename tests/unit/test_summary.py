@@ -123,6 +123,16 @@ def test_the_estimate_counts_every_run_and_the_references_static_compiles() -> N
                                      "emulated": True}
     assert out["estimated_host_time"] == {"wall_s": 14.0, "runs": 2, "with_cache_s": 284.0,
                                           "without_cache_s": 394.0, "emulated": True}
+    # A study whose first runs finished under an older sktune: their time is kept, once.
+    from sktune.tuning.host_time import record_earlier_runs, run_records
+
+    older = study_whose_best_fuses_nothing(0.96)
+    older.set_user_attr("startup_s", {"load": 2.0})
+    older.set_user_attr("phases_s", {"search": 8.0})
+    record_earlier_runs(older)
+    record_run(older, describe_workload({"load": 0.5}, None), {"search": 3.5})
+    record_earlier_runs(older)
+    assert sorted(r["wall_s"] for r in run_records(older)) == [4.0, 10.0]
     from sktune.tuning.host_time import host_time_lines
 
     assert host_time_lines(out)[0] == (
