@@ -31,10 +31,9 @@ def test_inspect_json_contract(test_models: Path) -> None:
 
 
 def test_inspect_captures_every_shape_and_refuses_shapes_that_run_other_ops(test_models: Path) -> None:
-    serving = Path(__file__).resolve().parents[2] / "studies" / "decoder_serving.py"
-    result = sktune("inspect", str(serving))
+    result = sktune("inspect", str(test_models / "two_widths.py"))
     assert result.returncode == 0, result.stderr
-    assert re.search(r"the same \d+ ops at each of bs1, bs8, bs64", " ".join(result.stdout.split()))
+    assert re.search(r"the same \d+ ops at each of wide, narrow", " ".join(result.stdout.split()))
     refused = sktune("inspect", str(test_models / "shape_branch.py"), "--json")
     assert refused.returncode == 1 and refused.stdout == "" and "Traceback" not in refused.stderr
     assert "shapes 'bs1' and 'bs4' capture different graphs: op 0 is tanh" in refused.stderr
@@ -64,13 +63,13 @@ def test_inspect_finds_the_repeated_layers_of_the_decoder_stack() -> None:
         pytest.param("no_inputs_fn.py", "does not define example_inputs", marks=pytest.mark.slow),
         pytest.param("build_raises.py", "weights not found", marks=pytest.mark.slow),
         ("returns_int.py", "must return tensors"),  # in the worker, capturing
-        ("writes_buffer.py", "writes the model's buffer 'running'"),  # in the worker, before capturing
+        ("writes_buffer.py", "writes the model's buffer 'running'"),  # inspect checks as run's worker does
         ("graph_break.py", "cannot be captured as one graph (graph break at "),  # a branch on .item()
         ("shape_branch.py", "capture different graphs: op 0 is tanh"),
     ],
 )
 def test_user_errors_are_one_message(test_models: Path, tmp_path: Path, model: str, message: str) -> None:
-    command = "inspect" if model in {"graph_break.py"} else "run"
+    command = "inspect" if model in {"graph_break.py", "writes_buffer.py"} else "run"
     args = [command, str(test_models / model)]
     if command == "run":
         args += ["--storage", f"sqlite:///{tmp_path}/s.db", "--trials", "1"]
@@ -132,6 +131,7 @@ def test_a_cache_folder_that_cannot_be_made_is_one_message(test_models: Path, tm
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # ~27 s (trials hang to --trial-timeout): keeps the default run under 10 minutes; CI runs it
 def test_a_run_whose_every_trial_failed_says_why_and_exits_1(test_models: Path, tmp_path: Path) -> None:
     env = {**os.environ, "SKTUNE_TEST_FAULT": ",".join(["raise"] * 20), "SKTUNE_TEST_FAULT_MARKER": str(tmp_path / "n")}
     result = sktune("run", str(test_models / "tiny_norm.py"), "--trials", "2", "--storage",
@@ -224,6 +224,7 @@ def test_the_best_is_compared_with_each_other_starting_point_once() -> None:
     assert starting_points_line({"best_trial": 2, "anchors": anchors[1:3]}) is None  # only unfused and itself
 
 
+@pytest.mark.slow  # ~47 s (two runs, one killed midway): keeps the default run under 10 minutes; CI runs it
 def test_a_worker_stopped_from_outside_is_an_interrupted_trial_whose_plan_runs_again(
         test_models: Path, tmp_path: Path) -> None:
     """SIGTERM to the whole process group (timeout, a job scheduler) reaches the worker too; if
