@@ -46,14 +46,17 @@ def run_records(study: optuna.Study) -> list[dict[str, Any]]:
     return [v for k, v in study.user_attrs.items() if k.startswith(StudyAttr.RUN)]
 
 
-def study_wall_s(study: optuna.Study) -> float:
+def study_wall_s(study: optuna.Study, runs: list[dict[str, Any]] | None = None) -> float:
     """The worker time of every finished run (start-up plus phases); a study from before
     those records: the creator's start-up plus the last run's phases; without those, the
-    span from the first trial's start to the last one's end."""
-    if runs := run_records(study):
+    span from the first trial's start to the last one's end. ``runs``: the study's run
+    records where the caller has read them already (each read goes to the storage)."""
+    runs = run_records(study) if runs is None else runs
+    if runs:
         return float(sum(r["wall_s"] for r in runs))
-    startup = study.user_attrs.get(StudyAttr.STARTUP_S) or {}
-    phases = study.user_attrs.get(StudyAttr.PHASES_S) or {}
+    attrs = study.user_attrs
+    startup = attrs.get(StudyAttr.STARTUP_S) or {}
+    phases = attrs.get(StudyAttr.PHASES_S) or {}
     if phases:
         return float(sum(startup.values()) + sum(phases.values()))
     trials = [t for t in study.get_trials(deepcopy=False) if t.datetime_start and t.datetime_complete]
@@ -72,7 +75,8 @@ def static_compile_summary(study: optuna.Study) -> dict[str, Any]:
     if not trials:
         return {"static_compile": None, "estimated_host_time": None}
     # The references' compiles at each run's start-up (emulated only: a host's wall time holds them).
-    startups = [r["startup_static"] for r in run_records(study) if r.get("startup_static")]
+    runs = run_records(study)
+    startups = [r["startup_static"] for r in runs if r.get("startup_static")]
     records = trials + startups
     emulated = any(r.get("emulated") for r in records)
     seconds = sum(float(r["seconds"]) for r in records)
@@ -82,9 +86,9 @@ def static_compile_summary(study: optuna.Study) -> dict[str, Any]:
               "emulated": emulated}
     if not emulated:
         return {"static_compile": static, "estimated_host_time": None}
-    wall = study_wall_s(study)
+    wall = study_wall_s(study, runs)
     return {"static_compile": static, "estimated_host_time": {
-        "wall_s": wall, "runs": len(run_records(study)) or 1, "with_cache_s": wall + seconds,
+        "wall_s": wall, "runs": len(runs) or 1, "with_cache_s": wall + seconds,
         "without_cache_s": None if uncached_s is None else wall + uncached_s, "emulated": True}}
 
 

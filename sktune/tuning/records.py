@@ -139,11 +139,18 @@ def planned_params(study: optuna.Study) -> list[dict[str, Any]]:
             if not interrupted(t)]
 
 
+def plan_of(trial: FrozenTrial, *, as_queued: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A trial's plan: its parameters and the option overrides set when it was queued.
+    ``as_queued``: the parameters fixed at queueing, which a trial that has not run yet
+    holds in place of its own."""
+    params = trial.system_attrs.get(FIXED, trial.params) if as_queued else trial.params
+    return params, trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}
+
+
 def planned_plans(study: optuna.Study) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """``planned_params`` with each trial's option overrides set when it was queued: the
-    plans, for a starting point that is more than its parameters (resume.StartingQueue)."""
-    return [(t.system_attrs.get(FIXED, t.params), t.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {})
-            for t in study.get_trials(deepcopy=False) if not interrupted(t)]
+    """``planned_params`` with each trial's option overrides: the plans, for a starting
+    point that is more than its parameters (resume.StartingQueue)."""
+    return [plan_of(t, as_queued=True) for t in study.get_trials(deepcopy=False) if not interrupted(t)]
 
 
 def skipped(trial: FrozenTrial) -> bool:

@@ -12,8 +12,8 @@ from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
 from sktune.tuning.records import (FINISHED, FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record,
-                                   best_record, interrupted, is_yardstick, records, reused, speedup_interval,
-                                   speedup_of)
+                                   best_record, interrupted, is_yardstick, plan_of, records, reused,
+                                   speedup_interval, speedup_of)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
 from sktune.tuning.verified import capture_limit_warning, verify_summary
@@ -50,8 +50,7 @@ def warm_start_outcomes(study: optuna.Study) -> list[dict[str, Any]] | None:
         if not note.get("same_as"):
             plan = (note.get("params"), note.get("overrides") or {})
             ran = ([t.number for t in done if t.user_attrs.get(TrialAttr.ANCHOR) == note["anchor"]]
-                   or [t.number for t in done
-                       if (t.params, t.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}) == plan])
+                   or [t.number for t in done if plan_of(t) == plan])
             entry["ran_as"] = ran[0] if ran else None
         out.append(entry)
     return out

@@ -34,6 +34,11 @@ from sktune.pipe.workload import Workload
 PLANS_PER_STUDY = 3  # the best distinct exact plans taken from each earlier study
 
 
+def plan_key(params: dict[str, Any], overrides: dict[str, Any]) -> str:
+    """A plan's identity here: its parameters and option overrides."""
+    return json.dumps([params, overrides], sort_keys=True, default=str)
+
+
 @dataclass(frozen=True)
 class WarmPlan:
     """One earlier best plan, as this study's parameters, and how it was mapped."""
@@ -51,8 +56,7 @@ class WarmPlan:
 
     @property
     def key(self) -> str:
-        """The plan's identity here: its parameters and option overrides."""
-        return json.dumps([self.params, self.overrides], sort_keys=True, default=str)
+        return plan_key(self.params, self.overrides)
 
     def to_json(self) -> dict[str, Any]:
         """The study's note (``StudyAttr.WARM_START``); the summary finds where the plan ran by it."""
@@ -158,7 +162,7 @@ def yield_to_anchors(warm: list[WarmPlan], space: SearchSpace, workload: Workloa
     cap look those up by name, and a warm plan in their place left them without one."""
     named = {name: (params, space.fuse_all_overrides if name == FUSE_ALL else {})
              for name, params in starting_points(space, workload) if name in (UNFUSED, *FUSE_EVERYTHING)}
-    by_key = {WarmPlan("", 0, params, "", overrides).key: name for name, (params, overrides) in named.items()}
+    by_key = {plan_key(params, overrides): name for name, (params, overrides) in named.items()}
     return [replace(w, same_as=by_key[w.key]) if not w.same_as and w.key in by_key else w for w in warm]
 
 
