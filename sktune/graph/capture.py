@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from torch import fx
@@ -86,11 +87,13 @@ def capture(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> OpGraph:
         if isinstance(exc, torch._dynamo.exc.UserError) and not _data_dependent(exc):
             raise CaptureError(f"capturing the forward failed: {type(exc).__name__}: {_short(exc)}") from exc
         frame = getattr(exc, "innermost_user_frame_summary", None)
-        where = f" at {frame.filename}:{frame.lineno} ({frame.line})" if frame is not None else ""
+        in_torch = frame is not None and _in_torch(frame.filename)
+        where = f" at {frame.filename}:{frame.lineno} ({frame.line})" if frame is not None and not in_torch else ""
         if _data_dependent(exc):  # sktune's hint says it all; Dynamo's (torch._check, guard_or_false) misleads here
             raise CaptureError(f"the forward cannot be captured as one graph (graph break{where})"
                                f"{_DATA_DEPENDENT_HINT} (--debug shows Dynamo's message)") from exc
-        raise CaptureError(f"the forward cannot be captured as one graph (graph break{where}):\n{_short(exc)}") from exc
+        raise CaptureError(f"the forward cannot be captured as one graph (graph break{where}):\n"
+                           f"{_short(exc, user_frame=not in_torch)}") from exc
     except Exception as exc:  # the user's forward itself failed while being traced
         raise CaptureError(f"capturing the forward failed: {type(exc).__name__}: {_short(exc)}") from exc
     finally:
@@ -136,9 +139,17 @@ _DATA_DEPENDENT_HINT = ("; it branches on a tensor's value (e.g. `.item()`), whi
 _DEVELOPER_LINES = ("Developer debug context", "Set TORCHDYNAMO_VERBOSE", "Please report an issue to PyTorch")
 
 
-def _short(exc: BaseException, max_lines: int = 12) -> str:
+def _in_torch(filename: str) -> bool:
+    """A frame in PyTorch's own files: a forward wrapped in ``torch.compiler.disable`` breaks
+    the graph in Dynamo's wrapper, which is no place in the user's code."""
+    return Path(filename).resolve().is_relative_to(Path(torch.__file__).resolve().parent)
+
+
+def _short(exc: BaseException, max_lines: int = 12, user_frame: bool = True) -> str:
     """The first lines of a Dynamo message: the reason and the user frame it names, without
-    the lines meant for PyTorch's developers."""
-    lines = [line for line in str(exc).splitlines()
+    the lines meant for PyTorch's developers. ``user_frame=False``: the frame Dynamo names is
+    PyTorch's own, so its "from user code" block is dropped."""
+    text = str(exc) if user_frame else str(exc).split("from user code:")[0]
+    lines = [line for line in text.splitlines()
              if line.strip() and not any(d in line for d in _DEVELOPER_LINES)]
     return "\n".join(lines[:max_lines])

@@ -74,6 +74,20 @@ def test_graph_break_names_the_line(test_models: Path) -> None:
     assert "\n" not in str(info.value) and "guard_or_false" not in str(info.value)
 
 
+def test_a_forward_under_compiler_disable_is_a_graph_break_that_names_no_pytorch_file() -> None:
+    """Dynamo breaks the graph in its own wrapper: no place in the user's code to name."""
+
+    class M(torch.nn.Module):
+        @torch.compiler.disable
+        def forward(self, x):
+            return torch.relu(x) * 2
+
+    with pytest.raises(CaptureError, match=r"graph \(graph break\):") as info:
+        capture(M(), (torch.randn(4, 3),))
+    assert "torch.compiler.disable" in str(info.value)
+    assert "from user code" not in str(info.value) and "external_utils" not in str(info.value)
+
+
 def test_kernelless_ops_are_views_and_no_op_casts_not_in_place_writes() -> None:
     from sktune.graph.aliasing import kernelless_ops
 
