@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from sktune.cli._errors import user_errors
+from sktune.cli._paths import check_output
 from sktune.tuning.settings import DEFAULT_STORAGE
 
 
@@ -30,6 +31,8 @@ def report_command(
         from sktune.report.html import write_report
         from sktune.tuning.storage import load_existing_study
 
+        if output is not None:  # a named file is checked as export's -o is; only the default folder is made
+            check_output(output, "-o")
         loaded = load_existing_study(study, storage)
         path = output or default_output(study)
         try:

@@ -36,3 +36,12 @@ def test_bad_storage_is_one_message_with_masked_password(tmp_path: Path) -> None
     assert result.returncode == 1 and "cannot open storage" in result.stderr
     assert "hunter2" not in result.stderr and "me:***@" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_a_named_output_in_a_missing_folder_is_refused_as_export_refuses_it(
+        real_study: RealStudy, tmp_path: Path) -> None:  # noqa: F811
+    """Only the default folder (reports/) is made: a typo in a folder the user named is caught."""
+    result = sktune("report", "--study", real_study.name, "--storage", real_study.storage,
+                    "-o", str(tmp_path / "no_such" / "r.html"), cwd=tmp_path)
+    assert result.returncode == 1 and f"-o: directory {tmp_path / 'no_such'} does not exist" in result.stderr
+    assert not (tmp_path / "no_such").exists() and "Traceback" not in result.stderr
