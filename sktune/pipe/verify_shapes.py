@@ -57,6 +57,7 @@ class VerifyResult:
     reason: str | None = None
     input_shapes: list[list[Any]] | None = None  # the user inputs' [shape, dtype] there (None: not drawn)
     seconds: float = 0.0  # compile and compare (and, the first time, capture and references)
+    static_compile: dict[str, Any] | None = None  # emulated only: the static compiles it stands for
 
     @property
     def bitwise(self) -> bool:
@@ -64,11 +65,12 @@ class VerifyResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"shape": self.shape, "bitwise": self.bitwise, "mismatches": self.mismatches, "reason": self.reason,
-                "input_shapes": self.input_shapes, "seconds": self.seconds}
+                "input_shapes": self.input_shapes, "seconds": self.seconds,
+                **({"static_compile": self.static_compile} if self.static_compile else {})}
 
     @classmethod
     def from_json(cls, data: Any) -> "VerifyResult":
         if not isinstance(data, dict) or "shape" not in data or "mismatches" not in data:
             raise MalformedResult("malformed verification from the worker")
         return cls(str(data["shape"]), int(data["mismatches"]), data.get("reason"), data.get("input_shapes"),
-                   float(data.get("seconds") or 0.0))
+                   float(data.get("seconds") or 0.0), data.get("static_compile"))

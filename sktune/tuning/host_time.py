@@ -21,14 +21,17 @@ from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.storage import worker_tag
 
 
-def record_run(study: optuna.Study, workload: Workload, phases_s: dict[str, float]) -> None:
-    """This run's worker time (its start-up and phases) and its start-up's static compiles,
-    under a key of its own: workers that share the study never overwrite each other's, and a
-    resumed study adds its runs instead of replacing the last one's."""
+def record_run(study: optuna.Study, workload: Workload, phases_s: dict[str, float],
+               verify_static: list[dict[str, Any]] | None = None) -> None:
+    """This run's worker time (its start-up and phases), its start-up's static compiles and
+    its verifications' (emulated only: the verify-only shapes' references and plans), under a
+    key of its own: workers that share the study never overwrite each other's, and a resumed
+    study adds its runs instead of replacing the last one's."""
     tag = worker_tag()
     key = f"{StudyAttr.RUN}{tag['host']}:{tag['pid']}:{uuid.uuid4().hex[:8]}"
     study.set_user_attr(key, {"wall_s": sum((workload.startup_s or {}).values()) + sum(phases_s.values()),
-                              "startup_static": workload.startup_static})
+                              "startup_static": workload.startup_static,
+                              **({"verify_static": verify_static} if verify_static else {})})
 
 
 def record_earlier_runs(study: optuna.Study) -> None:
@@ -77,13 +80,14 @@ def static_compile_summary(study: optuna.Study) -> dict[str, Any]:
     # The references' compiles at each run's start-up (emulated only: a host's wall time holds them).
     runs = run_records(study)
     startups = [r["startup_static"] for r in runs if r.get("startup_static")]
-    records = trials + startups
+    verifications = [v for r in runs for v in r.get("verify_static") or []]
+    records = trials + startups + verifications
     emulated = any(r.get("emulated") for r in records)
     seconds = sum(float(r["seconds"]) for r in records)
     uncached = [r.get("uncached_s") for r in records]
     uncached_s = None if any(u is None for u in uncached) else sum(float(u) for u in uncached)  # type: ignore[arg-type]
-    static = {"trials": len(trials), "startups": len(startups), "seconds": seconds, "uncached_s": uncached_s,
-              "emulated": emulated}
+    static = {"trials": len(trials), "startups": len(startups), "verifications": len(verifications),
+              "seconds": seconds, "uncached_s": uncached_s, "emulated": emulated}
     if not emulated:
         return {"static_compile": static, "estimated_host_time": None}
     wall = study_wall_s(study, runs)
@@ -119,12 +123,16 @@ def host_time_lines(summary: dict[str, Any]) -> list[str]:
     static, host = summary.get("static_compile"), summary.get("estimated_host_time")
     if host:
         without = host["without_cache_s"]
+        compiles = [f"{static['trials']} trials"]
+        if static.get("startups"):
+            compiles.append(f"{static['startups']} start-ups' references")
+        if static.get("verifications"):
+            compiles.append(f"{static['verifications']} verifications at verify-only shapes")
         lines.append(
             f"estimated host time (emulated): {_duration(host['with_cache_s'])} with the static-kernel cache"
             + ("" if without is None else f", {_duration(without)} without it")
             + f" (the worker time of {_runs(host.get('runs', 1))}, {_duration(host['wall_s'])}, plus the emulated "
-            f"static compiles of {static['trials']} trials"
-            + (f" and {static['startups']} start-ups' references)" if static.get("startups") else ")"))
+            f"static compiles of {', '.join(compiles[:-1]) + ' and ' if len(compiles) > 1 else ''}{compiles[-1]})")
     elif static:
         lines.append(f"static-kernel compile: {static['seconds']:.1f} s over {static['trials']} trials "
                      "(wall time of compile + first forward)")

@@ -214,7 +214,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                 profile_baseline_and_best(study, worker, settings.trial_timeout)
             record_earlier_runs(study)  # before this run's phases replace the last one's
             study.set_user_attr(StudyAttr.PHASES_S, phases.seconds)
-            record_run(study, started, phases.seconds)
+            record_run(study, started, phases.seconds, worker.verify_static)
     return study
 
 

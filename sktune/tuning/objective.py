@@ -85,9 +85,10 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         record_diagnosis(trial, diagnostic, outcome, DEVICE_LOG_HINT)
 
     def objective(trial: optuna.Trial) -> float:
-        # sktune's sampler tagged the trial as Optuna created it; again here for any other
-        # sampler (an untagged RUNNING trial stays RUNNING; its suggestions are a write each).
-        record_worker(trial, worker_tag())
+        # sktune's sampler tagged the trial as Optuna created it; here for any other sampler
+        # (an untagged RUNNING trial stays RUNNING; its suggestions are a write each).
+        if TrialAttr.WORKER not in trial.user_attrs:
+            record_worker(trial, worker_tag())
         anchor = trial.user_attrs.get(TrialAttr.ANCHOR)
         yardstick = trial.user_attrs.get(TrialAttr.YARDSTICK)  # the one shape it runs at (an anchor there)
         shapes = rules.shapes if yardstick is None else tuple((n, w) for n, w in rules.shapes if n == yardstick)

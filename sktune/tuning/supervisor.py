@@ -45,6 +45,9 @@ class SupervisedWorker:
         self._process: Any = None
         self._conn: Connection | None = None
         self.restarts = 0
+        # The emulated static compiles of this run's verifications: no trial holds them, and the
+        # study's estimated host time must (host_time.record_run).
+        self.verify_static: list[dict[str, Any]] = []
 
     def start(self) -> Workload:
         """Start the worker and wait until the model is loaded, captured and checked."""
@@ -98,7 +101,10 @@ class SupervisedWorker:
     def verify(self, request: VerifyRequest, timeout: float) -> VerifyResult | WorkerFailure:
         """The plan verified bitwise at one verify-only shape, untimed (the first time there, the
         worker captures that shape and takes its references too)."""
-        return self._typed("verify", request.to_json(), timeout, VerifyResult.from_json)
+        result = self._typed("verify", request.to_json(), timeout, VerifyResult.from_json)
+        if isinstance(result, VerifyResult) and result.static_compile:
+            self.verify_static.append(result.static_compile)
+        return result
 
     def _typed(self, command: str, payload: dict[str, Any] | None, timeout: float,
                parse: Callable[[Any], T]) -> T | WorkerFailure:

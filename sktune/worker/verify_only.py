@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,13 +43,27 @@ class VerifyOnly:
         if name not in self.names:
             raise ValueError(f"unknown verify-only shape {name!r} (known: {', '.join(self.names) or 'none'})")
         started = time.perf_counter()
+        references_before = self._backend.startup_static_compile()
         at, inputs = self._prepare(name)
         if isinstance(at, str):
             return VerifyResult(name, 0, at, inputs, time.perf_counter() - started)
         candidate = self._backend.compile(at.graph, plan)
         mismatches = sum(len(compare_outputs(ref, flatten_outputs(candidate(*args))))
                          for ref, args in zip(at.references, at.args))
-        return VerifyResult(name, mismatches, None, inputs, time.perf_counter() - started)
+        return VerifyResult(name, mismatches, None, inputs, time.perf_counter() - started,
+                            self._emulated_static(references_before))
+
+    def _emulated_static(self, references_before: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The emulated static compiles this verification stands for: the shape's references the
+        first time, and the plan's. A host's wall time holds them; the emulator's does not, so
+        the study's estimated host time adds them (``host_time``). None where not emulated."""
+        candidate = self._backend.static_compile_seconds()
+        if not (candidate and candidate.get("emulated")):
+            return None
+        after = self._backend.startup_static_compile() or {}
+        before = references_before or {}
+        return {key: float(candidate[key]) + float(after.get(key, 0.0)) - float(before.get(key, 0.0))
+                for key in ("seconds", "uncached_s")} | {"emulated": True}
 
     def _prepare(self, name: str) -> tuple[ShapeSet | str, list[list[object]] | None]:
         if name not in self._prepared:

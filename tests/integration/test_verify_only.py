@@ -78,6 +78,7 @@ def test_verification_crosses_the_pipe(test_models: Path) -> None:
         assert worker.verify_shapes(60.0) == VerifyOnlyShapes(("w32", "w37"))
         answer = worker.verify(VerifyRequest(UNFUSED, "w37"), 60.0)
         assert isinstance(answer, VerifyResult) and answer.bitwise and answer.shape == "w37"
+        assert answer.static_compile is None and worker.verify_static == []  # not emulated: the wall time holds it
         unknown = worker.verify(VerifyRequest(UNFUSED, "bs9"), 60.0)
         assert isinstance(unknown, WorkerFailure) and "unknown verify-only shape 'bs9'" in unknown.reason
 

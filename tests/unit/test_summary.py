@@ -87,8 +87,8 @@ def test_static_compile_reaches_the_summary_with_one_effective_options_warning(
     assert study.trials[-2].user_attrs["static_compile"] == {"seconds": 30.0, "uncached_s": 30.0, "emulated": True}
     assert len([r for r in caplog.records if "not compared" in r.message]) == 1
     out = summary(study)
-    assert out["static_compile"] == {"trials": 2, "startups": 0, "seconds": 30.0, "uncached_s": 50.0,
-                                     "emulated": True}
+    assert out["static_compile"] == {"trials": 2, "startups": 0, "verifications": 0, "seconds": 30.0,
+                                     "uncached_s": 50.0, "emulated": True}
     assert out["estimated_host_time"] == {"wall_s": 10.0, "runs": 1, "with_cache_s": 40.0, "without_cache_s": 60.0,
                                           "emulated": True}
     assert out["effective_options_checked"] is False and "trial 2" in out["effective_options_warning"]
@@ -117,12 +117,15 @@ def test_the_estimate_counts_every_run_and_the_references_static_compiles() -> N
     created = describe_workload({"load": 2.0, "capture": 1.0}, {"seconds": 270.0, "uncached_s": 270.0,
                                                                 "emulated": True, "references": 1})
     record_run(study, created, {"search": 7.0})
-    record_run(study, describe_workload({"load": 0.5}, None), {"search": 3.5})  # resumed: the cache served it
+    # Resumed: the cache served its start-up; its finalist was verified at a verify-only shape,
+    # whose references and plan no trial holds.
+    record_run(study, describe_workload({"load": 0.5}, None), {"search": 3.5},
+               [{"seconds": 6.0, "uncached_s": 9.0, "emulated": True}])
     out = summary(study)
-    assert out["static_compile"] == {"trials": 1, "startups": 1, "seconds": 270.0, "uncached_s": 380.0,
-                                     "emulated": True}
-    assert out["estimated_host_time"] == {"wall_s": 14.0, "runs": 2, "with_cache_s": 284.0,
-                                          "without_cache_s": 394.0, "emulated": True}
+    assert out["static_compile"] == {"trials": 1, "startups": 1, "verifications": 1, "seconds": 276.0,
+                                     "uncached_s": 389.0, "emulated": True}
+    assert out["estimated_host_time"] == {"wall_s": 14.0, "runs": 2, "with_cache_s": 290.0,
+                                          "without_cache_s": 403.0, "emulated": True}
     # A study whose first runs finished under an older sktune: their time is kept, once.
     from sktune.tuning.host_time import record_earlier_runs, run_records
 
@@ -136,9 +139,9 @@ def test_the_estimate_counts_every_run_and_the_references_static_compiles() -> N
     from sktune.tuning.host_time import host_time_lines
 
     assert host_time_lines(out)[0] == (
-        "estimated host time (emulated): 4 min 44 s with the static-kernel cache, 6 min 34 s without it (the "
-        "worker time of its 2 runs, 0 min 14 s, plus the emulated static compiles of 1 trials and 1 start-ups' "
-        "references)")
+        "estimated host time (emulated): 4 min 50 s with the static-kernel cache, 6 min 43 s without it (the "
+        "worker time of its 2 runs, 0 min 14 s, plus the emulated static compiles of 1 trials, 1 start-ups' "
+        "references and 1 verifications at verify-only shapes)")
 
 
 def describe_workload(startup_s: dict[str, float], static: dict | None) -> "Workload":
