@@ -66,6 +66,9 @@ def _print(summary: ProfileSummary) -> None:
     if not summary.step_ids:
         console.print("No Step Id column: the run had no profiler steps, so the whole profile is one step "
                       "(profile with a schedule and one prof.step() per step to see steps).", highlight=False)
+    if summary.cut_rows:
+        console.print(f"[yellow]Rows cut short (fewer fields than the header: was the file copied whole?), left "
+                      f"out: {summary.cut_rows}[/]", highlight=False)
     if summary.unstepped_rows:
         console.print(f"Rows outside every profiler step (blank Step Id, in no step): {summary.unstepped_rows}",
                       highlight=False)

@@ -9,6 +9,7 @@ as exact integer nanoseconds (a float64 holds an epoch-µs start only to ~0.25 �
 
 from __future__ import annotations
 
+import csv
 import re
 from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
@@ -81,7 +82,21 @@ def _read_raw(csv: str | Path, what: str, columns: dict[str, str], required: Ite
         found = ", ".join(header)
         raise ProfileError(f"{path} is not a {what}: it has no {wanted} column(s) "
                            f"(header: {found[:120]}{'…' if len(found) > 120 else ''})")
-    return raw.apply(lambda col: col.str.strip().str.strip('"').str.strip())
+    cut = _short_rows(path, len(header), len(raw))
+    raw = raw[~cut].apply(lambda col: col.str.strip().str.strip('"').str.strip())
+    raw.attrs["cut_rows"] = int(cut.sum())
+    return raw
+
+
+def _short_rows(path: Path, fields: int, rows: int) -> pd.Series:
+    """Rows with fewer fields than the header: a file cut short (a copy stopped midway) ends in
+    one, and its figures would be wrong (a duration cut to its first digits). pandas fills the
+    missing fields with "" here, so the records are counted again; where they cannot be paired
+    with pandas' rows one to one, none is taken for cut."""
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        lengths = [len(record) for record in csv.reader(f) if record][1:]
+    short = [n < fields for n in lengths] if len(lengths) == rows else [False] * rows
+    return pd.Series(short, dtype=bool)
 
 
 def _missing(col: pd.Series) -> pd.Series:
@@ -131,6 +146,7 @@ def read_kernel_details(csv: str | Path) -> pd.DataFrame:
     df["is_marker"] = df["name"].str.match(_MARKER)
     df["is_superkernel"] = df["type"] == "SuperKernel"
     df["is_duplicate"] = raw.duplicated(keep="first")
+    df.attrs["cut_rows"] = raw.attrs["cut_rows"]
     return df
 
 
@@ -144,6 +160,7 @@ def read_step_trace(csv: str | Path) -> pd.DataFrame:
     for column in _STEP_TRACE_COLUMNS.values():
         if column.endswith("_us"):
             df[column] = _number(raw, column)
+    df.attrs["cut_rows"] = raw.attrs["cut_rows"]
     return df
 
 

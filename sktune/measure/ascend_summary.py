@@ -70,6 +70,7 @@ class ProfileSummary:
     fusion_fail_reasons: tuple[dict[str, str | None], ...] = field(default=())
     step_ids: bool = True  # False: no Step Id column (a run without profiler steps), all one step 0
     unstepped_rows: int = 0  # rows whose Step Id is blank: outside every step, in no step's figures
+    cut_rows: int = 0  # rows with fewer fields than their file's header (a file cut short): left out
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON types: lists of dicts for the record tuples."""
@@ -92,7 +93,8 @@ def summarize(files: ProfileFiles, top: int = 15) -> ProfileSummary:
     intervals), gap (``Free`` from step_trace_time.csv for that step when present, else span
     − busy) and kernel count; plus time by core, top kernels and SuperKernels. Markers and
     exact duplicate rows are excluded everywhere and counted. Without a Step Id column the
-    whole profile is step 0; rows with a blank Step Id count in no step."""
+    whole profile is step 0; rows with a blank Step Id count in no step. A row cut short
+    (fewer fields than its header: the file's copy stopped midway) is left out and counted."""
     df = read_kernel_details(files.kernel_details)
     step_ids = bool(df.attrs.get("step_ids"))
     duplicates = int(df["is_duplicate"].sum())
@@ -100,7 +102,7 @@ def summarize(files: ProfileFiles, top: int = 15) -> ProfileSummary:
     markers = int(df["is_marker"].sum())
     work = df[~df["is_marker"]]
     timed = work[work["start_ns"].notna() & work["duration_us"].notna()]
-    free = _free_by_step(files.step_trace)
+    free, cut_in_step_trace = _free_by_step(files.step_trace)
     timed_by_step = {step: rows for step, rows in timed.groupby("step")}
     steps = []
     for step, rows in work.groupby("step", sort=True):
@@ -124,7 +126,8 @@ def summarize(files: ProfileFiles, top: int = 15) -> ProfileSummary:
                           for r in kernels.itertuples()),
         superkernels=_superkernels(work[work["is_superkernel"]]), markers_filtered=markers,
         duplicates_dropped=duplicates, untimed_rows=len(work) - len(timed), fusion_fail_reasons=tuple(fail),
-        step_ids=step_ids, unstepped_rows=int(work["step"].isna().sum()))
+        step_ids=step_ids, unstepped_rows=int(work["step"].isna().sum()),
+        cut_rows=df.attrs["cut_rows"] + cut_in_step_trace)
 
 
 def step_spans(summary: dict[str, Any], expected: int) -> list[float]:
@@ -144,11 +147,13 @@ def step_spans(summary: dict[str, Any], expected: int) -> list[float]:
     return spans
 
 
-def _free_by_step(step_trace: Path | None) -> dict[int, float]:
+def _free_by_step(step_trace: Path | None) -> tuple[dict[int, float], int]:
+    """Each step's ``Free`` (µs), and how many rows were cut short."""
     if step_trace is None:
-        return {}
-    trace = read_step_trace(step_trace).dropna(subset=["free_us"])
-    return {int(k): round(float(v), 3) for k, v in trace.groupby("step")["free_us"].mean().items()}
+        return {}, 0
+    trace = read_step_trace(step_trace)
+    free = trace.dropna(subset=["free_us"]).groupby("step")["free_us"].mean()
+    return {int(k): round(float(v), 3) for k, v in free.items()}, trace.attrs["cut_rows"]
 
 
 def _superkernels(rows: pd.DataFrame) -> tuple[SuperKernelTotal, ...]:

@@ -149,6 +149,23 @@ def test_summary_without_step_trace_uses_span_minus_busy() -> None:
     assert summary.steps[0].gap_us == 27.75 and summary.gap_source == "kernels"
 
 
+def test_a_file_cut_short_leaves_its_cut_row_out_and_says_so(tmp_path: Path) -> None:
+    """A copy stopped midway ends in a row with fewer fields than the header: its duration may
+    be cut to its first digits. Left out of every figure, and counted."""
+    whole = summarize(ProfileFiles(kernel_details=REAL))
+    text = REAL.read_text(encoding="utf-8")
+    cut = tmp_path / "kernel_details.csv"
+    cut.write_text(text[:text.rstrip("\n").rfind("\n") + 60], encoding="utf-8")  # 60 characters of the last row
+    summary = summarize(ProfileFiles(kernel_details=cut))
+    assert summary.cut_rows == 1 and whole.cut_rows == 0
+    assert summary.steps[-1].kernels == whole.steps[-1].kernels - 1 and summary.untimed_rows == whole.untimed_rows
+    trace = tmp_path / "step_trace_time.csv"
+    lines = (OUTPUT / "step_trace_time.csv").read_text().splitlines()
+    trace.write_text("\n".join([*lines, lines[1][:20]]) + "\n")  # a second step's row, cut
+    assert read_step_trace(trace).attrs["cut_rows"] == 1 and len(read_step_trace(trace)) == 1
+    assert summarize(ProfileFiles(kernel_details=cut, step_trace=trace)).cut_rows == 2
+
+
 def test_summary_three_steps_block_dim() -> None:
     # step 1: MatMul [0,10], Add [5,8] inside it, Cast [20,25]          -> span 25,    busy 15
     # step 2: MatMul [100,110], Add [110,112.5], marker, SK [120,121.75] -> span 21.75, busy 14.25
