@@ -47,6 +47,18 @@ def _cache_off(session: DoctorSession) -> str | None:
     return None
 
 
+def _built_before(session: DoctorSession, first: Compile) -> str | None:
+    """Why the first compile cost nothing, where the release's key is the op hash alone
+    (2.10.0.post2): an earlier compile in this process built those ops, whatever its options."""
+    rule = session.backend.static_cache
+    if first.seconds > 0 or rule.disk_cache:
+        return None
+    return (f"torch-npu {rule.version} keys its in-process static-kernel cache by the op hash alone, so "
+            f"the first compile ({first.label}) reused the kernels doctor's unfused reference had built "
+            "and no compile here could miss. On this release a worker builds each op once, under the "
+            "first options it meets, and reuses that kernel under every other option set")
+
+
 def check_cache_option_sets(session: DoctorSession) -> CheckResult:
     name = "static_cache_option_sets"
     off = _cache_off(session)
@@ -58,7 +70,7 @@ def check_cache_option_sets(session: DoctorSession) -> CheckResult:
     # Releases whose key leaves the option map out reuse (stale) kernels for other options.
     keyed = session.backend.static_cache.options_in_key
     return judge_cache(name, _compile(first, False), [_compile(other, not keyed), _compile(again, True)],
-                       _emulated(first))
+                       _emulated(first), _built_before(session, _compile(first, False)))
 
 
 def check_cache_scope_placements(session: DoctorSession) -> CheckResult:
@@ -68,16 +80,19 @@ def check_cache_scope_placements(session: DoctorSession) -> CheckResult:
         return could_not(name, off)
     first = session.main_run()
     moved = session.run("other_placement", session.tiny.other_placement, session.main_options)
-    return judge_cache(name, _compile(first, False), [_compile(moved, True)], _emulated(first))
+    return judge_cache(name, _compile(first, False), [_compile(moved, True)], _emulated(first),
+                       _built_before(session, _compile(first, False)))
 
 
-def judge_cache(name: str, first: Compile, later: list[Compile], unit_note: str = "") -> CheckResult:
+def judge_cache(name: str, first: Compile, later: list[Compile], unit_note: str = "",
+                why_no_miss: str | None = None) -> CheckResult:
     """Each later compile is a hit (under ``HIT_SHARE`` of the first one's seconds) exactly
-    where expected, and every compile's outputs are bitwise equal to the reference."""
+    where expected, and every compile's outputs are bitwise equal to the reference.
+    ``why_no_miss``: what made the first compile free, where that is known."""
     timings = "static compile: " + ", ".join(f"{c.label} {c.seconds:.1f} s" for c in (first, *later)) + unit_note
     if not first.seconds > 0:
-        return could_not(name, f"the first compile ({first.label}) took {first.seconds} s: cannot tell a hit",
-                         timings)
+        return could_not(name, why_no_miss or f"the first compile ({first.label}) took {first.seconds} s: "
+                         "cannot tell a hit", timings)
     wrong = [c for c in later if (c.seconds < HIT_SHARE * first.seconds) != c.expect_hit]
     inexact = [c.label for c in (first, *later) if not c.bitwise]
     if inexact:
