@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -142,6 +143,19 @@ def test_patch_applies_and_runs_the_markers_around_the_scopes(straight, tmp_path
         assert torch.equal(build(source)(*x), build(load_model_file(path))(*x))
     assert log.calls == [("begin", "sk0"), ("begin", None), ("end", None), ("end", "sk0"),
                          ("begin", "sk1"), ("end", "sk1")]
+    # As on a host: with torch-npu installed, `import torch` loads it (torch's device-backend
+    # autoload), so the patched file, which imports torch alone, finds torch.npu's markers.
+    from tests.emulated_npu import EMULATOR_PATH
+
+    run = ("import sys, torch; sys.path.insert(0, '.'); import straight; from sktune.load import draw_inputs, "
+           "load_model_file; x = draw_inputs(load_model_file(__import__('pathlib').Path('straight.py')), 1); "
+           "print(type(torch.npu).__name__, 'torch_npu' in sys.modules, straight.build_model()(*x).sum().item())")
+    on_host = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, cwd=patched_dir,
+                             env={**os.environ, "PYTHONPATH": EMULATOR_PATH}, timeout=120)
+    assert on_host.returncode == 0, on_host.stderr[-2000:]
+    with torch.no_grad():
+        expected = build(load_model_file(path))(*x).sum().item()
+    assert on_host.stdout.split() == ["module", "True", str(expected)]
 
 
 @pytest.mark.parametrize(("scopes", "message"), [

@@ -7,7 +7,9 @@ from docs/superkernel.md and docs/npu_api.md. It exists so that
 
 Surface: ``__version__`` (``$TORCH_NPU_EMULATOR_VERSION``, default 2.14.0; below 2.11.0
 the old SuperKernel key set applies); ``SKTUNE_NPU_DEVICE`` defaults to ``cpu`` (tensors
-stay on the CPU); ``torch.npu`` (= ``torch_npu.npu``: device queries, the random functions on
+stay on the CPU); ``import torch`` loads it, as torch's device-backend autoload loads torch-npu
+on a host (the entry point in ``torch_npu-2.14.0.dist-info``; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``
+turns it off); ``torch.npu`` (= ``torch_npu.npu``: device queries, the random functions on
 the CPU generator, memory queries that find nothing allocated); the marker ops
 ``npu::super_kernel_scope_begin/end``; the ``npugraph_ex`` backend and, apart, ``npugraphs``
 (capture and replay only, as in torch-npu);
@@ -99,7 +101,21 @@ from __future__ import annotations
 import os
 import sys
 
-import torch
+# As torch-npu's own __init__: device-backend autoload off while this package imports torch,
+# or torch would load this package again through the entry point below, half-initialised.
+_AUTOLOAD = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1")
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+import torch  # noqa: E402
+
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = _AUTOLOAD
+
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point torch-npu declares (``torch_npu = torch_npu:_autoload``,
+    here in ``torch_npu-2.14.0.dist-info`` beside it): with the package on the path, ``import torch``
+    imports it, as on a host, so a model file needs no ``import torch_npu`` for ``torch.npu``
+    (docs/npu_api.md, "Installing and importing"). Importing the module did the work."""
+
 
 __version__ = os.environ.get("TORCH_NPU_EMULATOR_VERSION", "2.14.0")
 EMULATED = True
