@@ -101,21 +101,12 @@ from __future__ import annotations
 import os
 import sys
 
-# As torch-npu's own __init__: device-backend autoload off while this package imports torch,
-# or torch would load this package again through the entry point below, half-initialised.
-_AUTOLOAD = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1")
+# As torch-npu 2.14.0's own __init__: device-backend autoload off while this package loads,
+# or `import torch` here would load it again through the entry point below, half-initialised.
+_ORG_AUTOLOAD = os.getenv("TORCH_DEVICE_BACKEND_AUTOLOAD", "1")
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
 import torch  # noqa: E402
-
-os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = _AUTOLOAD
-
-
-def _autoload() -> None:
-    """The ``torch.backends`` entry point torch-npu declares (``torch_npu = torch_npu:_autoload``,
-    here in ``torch_npu-2.14.0.dist-info`` beside it): with the package on the path, ``import torch``
-    imports it, as on a host, so a model file needs no ``import torch_npu`` for ``torch.npu``
-    (docs/npu_api.md, "Installing and importing"). Importing the module did the work."""
-
 
 __version__ = os.environ.get("TORCH_NPU_EMULATOR_VERSION", "2.14.0")
 EMULATED = True
@@ -133,3 +124,15 @@ torch.npu = npu  # type: ignore[attr-defined]
 sys.modules.setdefault("torch.npu", npu)
 
 __all__ = ["EMULATED", "__version__", "npu", "profiler", *_fused_ops.NAMES]
+
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point torch-npu declares (``torch_npu = torch_npu:_autoload``,
+    here in ``torch_npu-2.14.0.dist-info`` beside the package): with it on the path, ``import
+    torch`` imports this package, as on a host, so a model file needs no ``import torch_npu``
+    for ``torch.npu`` (docs/npu_api.md, "Installing and importing"). Importing did the work;
+    as in torch-npu, this restores the switch, which subprocesses inherit."""
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = _ORG_AUTOLOAD
+
+
+_autoload()  # `import torch_npu` first: torch skipped the autoload, so the switch is restored here
