@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -14,8 +13,10 @@ from sktune.tuning.settings import DEFAULT_STORAGE
 
 
 def default_output(study: str) -> Path:
-    """``reports/NAME.html``, with characters unsafe in a file name replaced by ``_``."""
-    return Path("reports") / f"{re.sub(r'[^A-Za-z0-9._-]', '_', study) or 'study'}.html"
+    """``reports/NAME.html``, with characters unsafe in a file name replaced (``settings.file_name``)."""
+    from sktune.tuning.settings import file_name
+
+    return Path("reports") / f"{file_name(study)}.html"
 
 
 def report_command(

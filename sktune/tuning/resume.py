@@ -24,7 +24,8 @@ from sktune.tuning.dcci_seed import requeue_stopped_seeds
 from sktune.tuning.records import StudyAttr, TrialAttr, planned_plans
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
-from sktune.tuning.storage import check_made_by_sktune, fail_orphaned_trials, make_storage, mask_url
+from sktune.tuning.storage import (check_made_by_sktune, fail_orphaned_trials, make_storage, mask_url,
+                                   storage_error)
 from sktune.pipe.workload import Workload
 
 Named = tuple[str, dict[str, Any]]  # (anchor name, parameters)
@@ -92,8 +93,7 @@ def open_study(name: str, storage: str, seed: int | None) -> tuple[optuna.Study,
             study = optuna.load_study(study_name=name, storage=backend, sampler=sampler, pruner=pruner)
             created = False
     except Exception as exc:
-        message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
-        raise SktuneError(f"cannot open study {name!r} in {mask_url(storage)}: {message}") from None
+        raise SktuneError(f"cannot open study {name!r} in {mask_url(storage)}: {storage_error(exc, storage)}") from None
     with dropped_unless_prepared(study, created, storage):  # a stop from here on leaves no empty study
         if created:
             record_creator(study)

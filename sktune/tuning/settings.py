@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +55,15 @@ class TuneSettings:
     def compile_cache(self) -> Path:
         """The study's Inductor cache directory: one per CPU and ``ATEN_CPU_CAPABILITY``, since
         Inductor's own cache key names neither (host_cpu.py)."""
-        return (self.cache_root / self.study / cache_tag()).resolve()
+        return (self.cache_root / file_name(self.study) / cache_tag()).resolve()
+
+
+def file_name(study: str) -> str:
+    """A study name as one file or folder name: characters unsafe in a path replaced by ``_``
+    (``../x`` or ``/abs`` would place a study's cache outside the cache folder); a name so
+    changed gets a short hash of itself, so that two names never share a folder by accident."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", study).lstrip(".") or "study"
+    return safe if safe == study else f"{safe}-{hashlib.sha1(study.encode()).hexdigest()[:8]}"
 
 
 def _default_backend() -> str:

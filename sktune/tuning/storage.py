@@ -36,13 +36,43 @@ GRACE_PERIOD_S = 30  # a RUNNING trial silent this long belongs to a dead proces
 
 
 def mask_url(url: str) -> str:
-    """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db``."""
-    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
+    """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db``; also with no
+    user name, and with a raw ``@`` in the password (up to the last ``@`` before the path)."""
+    return re.sub(r"(//[^:/@]*:)[^/]*@", r"\1***@", url)
+
+
+def _password_parts(url: str) -> list[str]:
+    """The password of ``url`` and, for a raw ``@`` in it, its pieces: a driver that split the
+    URL at the first ``@`` names the rest as part of the host (``failed to resolve host 'cret@db'``)."""
+    found = re.search(r"//[^:/@]*:([^/]*)@", url)
+    if not found:
+        return []
+    secret = found.group(1)
+    return sorted({p for p in (secret, *secret.split("@")) if p}, key=len, reverse=True)
+
+
+def storage_error(exc: BaseException, url: str = "") -> str:
+    """One line for a storage failure, credentials masked (``url``'s password anywhere in the
+    text too): the error and, where Optuna or SQLAlchemy wraps it, the cause underneath
+    ("attempt to write a readonly database" under Optuna's generic "exception during the commit")."""
+    root, seen = exc, {id(exc)}
+    while (nxt := root.__cause__ or (None if root.__suppress_context__ else root.__context__)) is not None \
+            and id(nxt) not in seen:
+        root, seen = nxt, seen | {id(nxt)}
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0].strip()
+    cause = str(root).strip().splitlines()[0] if root is not exc and str(root).strip() else ""
+    if cause and cause not in text:
+        text += f" (cause: {type(root).__name__}: {cause})"
+    text = mask_url(text)
+    for part in _password_parts(url):
+        text = text.replace(part, "***")
+    return text
 
 
 def journal_path(url: str) -> str | None:
-    """The file of a journal storage URL (``journal:PATH`` or ``*.log``/``*.jsonl``), else None."""
-    if url.startswith("journal:") or url.endswith((".log", ".jsonl")):
+    """The file of a journal storage URL (``journal:PATH``, or a bare ``*.log``/``*.jsonl``
+    path with no scheme), else None: ``sqlite:///results.log`` is a database."""
+    if url.startswith("journal:") or ("://" not in url and url.endswith((".log", ".jsonl"))):
         return url.removeprefix("journal:").removeprefix("//")
     return None
 
@@ -55,8 +85,9 @@ def make_storage(url: str) -> BaseStorage:
             return JournalStorage(JournalFileBackend(path))
         return _rdb_storage(url)
     except Exception as exc:
-        message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
-        raise SktuneError(f"cannot open storage {mask_url(url)}: {message}") from None
+        hint = ("; --storage takes a database URL that SQLAlchemy knows (sqlite:///FILE, postgresql://…, "
+                "mysql://…) or journal:FILE" if type(exc).__name__ == "NoSuchModuleError" else "")
+        raise SktuneError(f"cannot open storage {mask_url(url)}: {storage_error(exc, url)}{hint}") from None
 
 
 def _rdb_storage(url: str, attempts: int = 6) -> RDBStorage:
@@ -132,6 +163,24 @@ def study_exists(name: str, storage: str) -> bool:
         return True
 
 
+def sqlite_file(url: str) -> str | None:
+    """The database file of an SQLite URL (any driver; SQLite's URI form ``file:PATH?mode=ro``
+    with ``uri=true`` too), else None (another database, an in-memory one, or no URL)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    database = parsed.database
+    if parsed.query.get("uri") == "true" and database.startswith("file:"):
+        database = database.removeprefix("file:").split("?", 1)[0]
+    return database
+
+
 def load_existing_study(name: str, storage: str) -> optuna.Study:
     """A study that must already exist (export, report): never creates a storage or a study.
 
@@ -139,17 +188,16 @@ def load_existing_study(name: str, storage: str) -> optuna.Study:
     ``SktuneError``; credentials in the URL are masked in every message.
     """
     masked = mask_url(storage)
-    file = journal_path(storage)
-    if file is None:
-        file = storage[len("sqlite:///"):].split("?", 1)[0] if storage.startswith("sqlite:///") else ""
-    if file not in ("", ":memory:") and not Path(file).is_file():
+    file = journal_path(storage) or sqlite_file(storage)
+    if file and Path(file).is_dir():
+        raise SktuneError(f"no study storage at {masked}: {file} is a directory; name the database file")
+    if file and not Path(file).is_file():
         raise SktuneError(f"no study storage at {masked}: {file} does not exist (see --storage)")
     backend = make_storage(storage)
     try:
         names = optuna.get_all_study_names(backend)
     except Exception as exc:
-        message = mask_url(f"{type(exc).__name__}: {exc}".splitlines()[0])
-        raise SktuneError(f"cannot open storage {masked}: {message}") from None
+        raise SktuneError(f"cannot open storage {masked}: {storage_error(exc, storage)}") from None
     if name not in names:
         known = ", ".join(repr(n) for n in sorted(names)) or "none"
         raise SktuneError(f"no study {name!r} in {masked} (studies there: {known})")

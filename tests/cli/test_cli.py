@@ -105,7 +105,8 @@ def test_bad_flags_rejected(test_models: Path, tmp_path: Path, args: list[str]) 
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("url", ["nosuchdb://user:hunter2@x/y", "postgresql://user:hunter2@127.0.0.1:1/db"])
+@pytest.mark.parametrize("url", ["nosuchdb://user:hunter2@x/y", "postgresql://user:hunter2@127.0.0.1:1/db",
+                                 "postgresql://:hunter2@127.0.0.1:1/db", "postgresql://me:hun@hunter2@127.0.0.1:1/db"])
 def test_bad_or_unreachable_storage_url(test_models: Path, tmp_path: Path, url: str) -> None:
     result = sktune("run", str(test_models / "tiny_norm.py"), "--storage", url, "--trials", "1", cwd=tmp_path)
     assert result.returncode == 1, result.stderr

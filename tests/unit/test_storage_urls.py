@@ -1,0 +1,63 @@
+"""Storage URLs as users write them: passwords masked in every form, the SQLite file found
+in every form (drivers, SQLite's URI form), journals told from databases by scheme first,
+and a storage failure that names its cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from sktune.errors import SktuneError
+from sktune.tuning.settings import TuneSettings, file_name
+from sktune.tuning.storage import journal_path, load_existing_study, mask_url, sqlite_file, storage_error
+
+
+@pytest.mark.parametrize(("url", "masked"), [
+    ("postgresql://user:secret@host/db", "postgresql://user:***@host/db"),
+    ("postgresql://:secret@host:1/db", "postgresql://:***@host:1/db"),  # no user name
+    ("postgresql://user:se@cret@host/db", "postgresql://user:***@host/db"),  # a raw @ in the password
+    ("postgresql://user@host/db", "postgresql://user@host/db"),
+    ("sqlite:///s.db", "sqlite:///s.db"),
+])
+def test_a_password_is_masked_in_every_form(url: str, masked: str) -> None:
+    assert mask_url(url) == masked
+
+
+@pytest.mark.parametrize(("url", "file"), [
+    ("sqlite:///s.db", "s.db"), ("sqlite:////abs/s.db", "/abs/s.db"), ("sqlite+pysqlite:///s.db", "s.db"),
+    ("sqlite:///file:/tmp/s.db?mode=ro&uri=true", "/tmp/s.db"), ("sqlite:///:memory:", None), ("sqlite://", None),
+    ("postgresql://u:p@h/db", None), ("journal:s.log", None),
+])
+def test_the_sqlite_file_of_a_url(url: str, file: str | None) -> None:
+    assert sqlite_file(url) == file
+
+
+def test_a_database_url_ending_in_log_is_a_database_not_a_journal() -> None:
+    assert journal_path("sqlite:///results.log") is None
+    assert journal_path("results.log") == "results.log" and journal_path("journal:x.db") == "x.db"
+
+
+def test_report_and_export_open_sqlite_read_only_and_name_what_is_wrong(tmp_path: Path) -> None:
+    db = tmp_path / "s.log"  # a database whose name ends like a journal's
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    optuna.create_study(study_name="s", storage=f"sqlite:///{db}")
+    assert load_existing_study("s", f"sqlite:///{db}").study_name == "s"
+    read_only = f"sqlite:///file:{db}?mode=ro&uri=true"
+    assert load_existing_study("s", read_only).study_name == "s"
+    with pytest.raises(SktuneError, match="is a directory; name the database file"):
+        load_existing_study("s", f"sqlite:///{tmp_path}")
+    with pytest.raises(SktuneError, match="attempt to write a readonly database"):  # the cause under Optuna's
+        try:
+            optuna.create_study(study_name="new", storage=read_only)
+        except Exception as exc:
+            raise SktuneError(storage_error(exc)) from None
+
+
+def test_a_study_name_keeps_its_cache_inside_the_cache_folder(tmp_path: Path) -> None:
+    for name in ("../../escaped", "/tmp/abs", "a/b"):
+        cache = TuneSettings(Path("m.py"), backend="inductor", study_name=name, cache_root=tmp_path).compile_cache
+        assert cache.is_relative_to(tmp_path.resolve()) and cache.parent.parent == tmp_path.resolve()
+    assert file_name("quant_block-inductor") == "quant_block-inductor"
+    assert file_name("a/b") != file_name("a_b")  # two names, two folders
