@@ -37,8 +37,11 @@ def profile_runs(backend: "NpuBackend", fns: list[Callable[[], object]], with_st
         schedule=prof_mod.schedule(wait=0, warmup=PROFILE_WARMUP_STEPS, active=len(fns), repeat=1,
                                    skip_first=0),
         on_trace_ready=prof_mod.tensorboard_trace_handler(str(out)),
+        # AI Core metrics named off: torch-npu's default (PipeUtilization) at Level0 prints a
+        # warning on every profiled run and is reset to none (docs/npu_api.md, "Profiling").
         experimental_config=prof_mod._ExperimentalConfig(
-            profiler_level=prof_mod.ProfilerLevel.Level0, data_simplification=True),
+            profiler_level=prof_mod.ProfilerLevel.Level0, aic_metrics=prof_mod.AiCMetrics.AiCoreNone,
+            data_simplification=True),
     ) as prof:
         for fn in fns[:PROFILE_WARMUP_STEPS] + fns:
             fn()

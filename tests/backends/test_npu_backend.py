@@ -213,6 +213,17 @@ def test_static_compile_seconds_are_the_emulators_and_labelled(chain, backend, s
     assert stated["seconds"] > 0 and stated["seconds"] == stated["uncached_s"]
 
 
+def test_timing_through_the_profiler_prints_no_profiler_warning(chain, backend, capsys) -> None:
+    """torch-npu warns on every profile at Level0 with its default AI Core metrics: sktune names them off."""
+    graph, args = chain
+    reference = backend.reference(graph)
+    candidate = backend.compile(graph, Plan.make([Scope(0, 9, "all")], SAFE))
+    capsys.readouterr()
+    base, cand, _ = backend.time_batches(lambda: reference(*args), lambda: candidate(*args), n_batches=2,
+                                         batch_target_s=0.0)
+    assert len(base) == len(cand) == 2 and "[WARNING]" not in capsys.readouterr().out
+
+
 def test_static_compile_seconds_on_a_host_are_wall_time(backend, tmp_path) -> None:
     from sktune.backends.npu_first_run import CheckedFirstRun
 

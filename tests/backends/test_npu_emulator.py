@@ -451,12 +451,45 @@ def profile_runs(npu: Any, fn: Callable[[], Any], out: Path, active: int = 3, le
     with prof.profile(activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU], schedule=schedule,
                       on_trace_ready=prof.tensorboard_trace_handler(str(out)),
                       experimental_config=prof._ExperimentalConfig(profiler_level=level,
+                                                                   aic_metrics=prof.AiCMetrics.AiCoreNone,
                                                                    data_simplification=True)) as p:
         for _ in range(2 + active):
             fn()
             torch.npu.synchronize()
             p.step()
     return summarize(find_profile_files(out))
+
+
+def test_the_profiler_surface_is_torch_npu_s(npu: Any, tmp_path: Path, capsys: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch-npu 2.14.0's signatures and habits (profiler/profiler.py, experimental_config.py,
+    scheduler.py): keyword-only profile(), no unknown keywords, AI Core metrics at Level0 warned
+    about and reset, bad schedule arguments warned about and reset, a default output folder."""
+    prof = npu.profiler
+    with pytest.raises(TypeError):
+        prof.profile([prof.ProfilerActivity.CPU])  # keyword-only
+    with pytest.raises(TypeError):
+        prof.profile(activites=[prof.ProfilerActivity.CPU])  # a misspelt keyword
+    with pytest.raises(TypeError):
+        prof._ExperimentalConfig(bogus=1)
+    capsys.readouterr()
+    config = prof._ExperimentalConfig(profiler_level=prof.ProfilerLevel.Level0)  # default metrics: PipeUtilization
+    assert config._aic_metrics == prof.AiCMetrics.AiCoreNone == "ACL_AICORE_NONE"
+    assert "reset aic metrics to None" in capsys.readouterr().out
+    prof._ExperimentalConfig(profiler_level=prof.ProfilerLevel.Level0, aic_metrics=prof.AiCMetrics.AiCoreNone)
+    assert capsys.readouterr().out == ""
+    bad = prof.schedule(wait=-1, active=0, warmup=1)
+    assert (bad.wait, bad.active) == (0, 1) and "reset it to 1" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ASCEND_WORK_PATH", raising=False)
+    x = torch.randn(4, 8)
+    ref = compile_npu(chain([]), (x,), super_kernel_optimize=False)
+    with prof.profile(activities=[prof.ProfilerActivity.NPU], schedule=prof.schedule(wait=0, warmup=1, active=1),
+                      on_trace_ready=prof.tensorboard_trace_handler(async_mode=False)) as p:
+        for _ in range(2):
+            ref(*ref.flat_args)
+            p.step()
+    assert len(list(tmp_path.glob("*_ascend_pt"))) == 1  # the working directory, as on a host
 
 
 def test_profiles_parse_and_fusion_shortens_the_step(npu: Any, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import os
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,16 @@ class ProfilerLevel:
     Level2 = "Level2"
 
 
-class AiCMetrics:
-    AiCoreNone = "AiCoreNone"
-    PipeUtilization = "PipeUtilization"
-    ArithmeticUtilization = "ArithmeticUtilization"
-    Memory = "Memory"
-    MemoryL0 = "MemoryL0"
-    MemoryUB = "MemoryUB"
-    ResourceConflictRatio = "ResourceConflictRatio"
-    L2Cache = "L2Cache"
+class AiCMetrics:  # torch-npu 2.14.0's values (profiler/analysis/prof_common_func/_constant.py)
+    PipeUtilization = "ACL_AICORE_PIPE_UTILIZATION"
+    ArithmeticUtilization = "ACL_AICORE_ARITHMETIC_UTILIZATION"
+    Memory = "ACL_AICORE_MEMORY_BANDWIDTH"
+    MemoryL0 = "ACL_AICORE_L0B_AND_WIDTH"
+    MemoryUB = "ACL_AICORE_MEMORY_UB"
+    ResourceConflictRatio = "ACL_AICORE_RESOURCE_CONFLICT_RATIO"
+    L2Cache = "ACL_AICORE_L2_CACHE"
+    MemoryAccess = "ACL_AICORE_MEMORY_ACCESS"
+    AiCoreNone = "ACL_AICORE_NONE"
 
 
 class ExportType:
@@ -41,15 +43,31 @@ class ExportType:
     Db = "db"
 
 
-class _ExperimentalConfig:
-    """Stored; ``profiler_level`` picks kernel_details.csv's columns (Level0, or Level1/2's longer set)."""
+def print_warn_msg(message: str) -> None:
+    """torch-npu's profiler warning line, on stdout (its ``print_warn_msg``)."""
+    stamp = time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime())
+    print(f"{stamp} [WARNING] [{os.getpid()}] profiler.py: {message}", flush=True)
 
-    def __init__(self, profiler_level: str = ProfilerLevel.Level0, aic_metrics: str = AiCMetrics.AiCoreNone,
-                 data_simplification: bool = True, **kwargs: Any) -> None:
-        self.profiler_level = profiler_level
-        self.aic_metrics = aic_metrics
-        self.data_simplification = data_simplification
-        self.extra = dict(kwargs)
+
+class _ExperimentalConfig:
+    """torch-npu 2.14.0's signature (no other keywords); ``_profiler_level`` picks
+    kernel_details.csv's columns (Level0, or Level1/2's longer set). As there, AI Core
+    metrics (default PipeUtilization) at Level0 or Level_none are warned about and reset."""
+
+    def __init__(self, profiler_level: str = ProfilerLevel.Level0, aic_metrics: str = AiCMetrics.PipeUtilization,
+                 l2_cache: bool = False, msprof_tx: bool = False, mstx: bool = False,
+                 data_simplification: bool = True, record_op_args: bool = False, op_attr: bool = False,
+                 gc_detect_threshold: float | None = None, export_type: str | list[str] = ExportType.Text,
+                 host_sys: list[str] | None = None, mstx_domain_include: list[str] | None = None,
+                 mstx_domain_exclude: list[str] | None = None, sys_io: bool = False,
+                 sys_interconnection: bool = False) -> None:
+        self._profiler_level = profiler_level
+        self._aic_metrics = aic_metrics
+        self._data_simplification = data_simplification
+        self._export_type = export_type
+        if profiler_level in (ProfilerLevel.Level0, ProfilerLevel.Level_none) and aic_metrics != AiCMetrics.AiCoreNone:
+            print_warn_msg("Please use level1 or level2 if you want to collect aic metrics, reset aic metrics to None!")
+            self._aic_metrics = AiCMetrics.AiCoreNone
 
 
 class ProfilerAction(enum.Enum):
@@ -59,27 +77,42 @@ class ProfilerAction(enum.Enum):
     RECORD_AND_SAVE = 3
 
 
-def schedule(wait: int, active: int, warmup: int = 0, repeat: int = 0,
-             skip_first: int = 0) -> Callable[[int], ProfilerAction]:
-    """torch_npu's argument order (wait, active, warmup, ...); torch's semantics. Use keywords."""
-    if wait < 0 or warmup < 0 or active <= 0 or repeat < 0 or skip_first < 0:
-        raise ValueError("invalid profiler schedule arguments")
+class schedule:  # noqa: N801  (torch_npu's name)
+    """torch-npu's argument order (wait, active, warmup, ...); use keywords. As there, a bad
+    argument is warned about and reset, never raised, and no warmup is warned about."""
 
-    def action(step: int) -> ProfilerAction:
-        if step < skip_first:
+    def __init__(self, wait: int, active: int, warmup: int = 0, repeat: int = 0, skip_first: int = 0,
+                 skip_first_wait: int = 0) -> None:
+        self.wait, self.active, self.warmup = wait, active, warmup
+        self.repeat, self.skip_first, self.skip_first_wait = repeat, skip_first, skip_first_wait
+        for name, floor in (("wait", 0), ("warmup", 0), ("active", 1), ("repeat", 0), ("skip_first", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < floor:
+                print_warn_msg(f"Invalid parameter {name}, reset it to {floor}.")
+                setattr(self, name, floor)
+        if not isinstance(self.skip_first_wait, int):
+            print_warn_msg("Invalid parameter skip_first_wait, reset it to 0.")
+            self.skip_first_wait = 0
+        if self.warmup == 0:
+            print_warn_msg("Profiler won't be using warmup, this can skew profiler results")
+
+    def __call__(self, step: int) -> ProfilerAction:
+        if step < 0:
+            raise ValueError("Invalid parameter step, which must be not less than 0.")
+        if step < self.skip_first:
             return ProfilerAction.NONE
-        step -= skip_first
-        cycle = wait + warmup + active
-        if repeat > 0 and step // cycle >= repeat:
+        step -= self.skip_first
+        if self.skip_first_wait != 0:
+            step += self.wait
+        cycle = self.wait + self.warmup + self.active
+        if self.repeat > 0 and step / cycle >= self.repeat:
             return ProfilerAction.NONE
         mod = step % cycle
-        if mod < wait:
+        if mod < self.wait:
             return ProfilerAction.NONE
-        if mod < wait + warmup:
+        if mod < self.wait + self.warmup:
             return ProfilerAction.WARMUP
         return ProfilerAction.RECORD if mod < cycle - 1 else ProfilerAction.RECORD_AND_SAVE
-
-    return action
 
 
 def _always_record(_: int) -> ProfilerAction:
@@ -89,13 +122,16 @@ def _always_record(_: int) -> ProfilerAction:
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
 
-def tensorboard_trace_handler(dir_name: str | os.PathLike[str], worker_name: str | None = None,
-                              analyse_flag: bool = True) -> Callable[[profile], None]:
-    """Write each finished cycle under ``dir_name`` (parsed right away, like analyse_flag=True)."""
+def tensorboard_trace_handler(dir_name: str | None = None, worker_name: str | None = None,
+                              analyse_flag: bool = True, async_mode: bool = False) -> Callable[[profile], None]:
+    """Write each finished cycle under ``dir_name`` (parsed right away, like analyse_flag=True);
+    without one, as torch-npu: ``$ASCEND_WORK_PATH/profiling_data``, else the working directory."""
 
     def handler(prof: profile) -> None:
-        level = prof.experimental_config.profiler_level
-        prof.output_dirs.append(write_profile(dir_name, worker_name, prof.trace, level, prof.step_ids))
+        level = prof.experimental_config._profiler_level
+        work = os.getenv("ASCEND_WORK_PATH")
+        where = dir_name or (os.path.join(os.path.abspath(work), "profiling_data") if work else os.getcwd())
+        prof.output_dirs.append(write_profile(where, worker_name, prof.trace, level, prof.step_ids))
 
     return handler
 
@@ -108,12 +144,13 @@ def analyse(profiler_path: str | os.PathLike[str], max_process_number: int | Non
 class profile:  # noqa: N801  (torch_npu's name)
     """Context manager; ``step()`` after each iteration."""
 
-    def __init__(self, activities: Iterable[ProfilerActivity] | None = None,
+    def __init__(self, *, activities: Iterable[ProfilerActivity] | None = None,
                  schedule: Callable[[int], ProfilerAction] | None = None,
                  on_trace_ready: Callable[[profile], None] | None = None, record_shapes: bool = False,
                  profile_memory: bool = False, with_stack: bool = False, with_flops: bool = False,
                  with_modules: bool = False, experimental_config: _ExperimentalConfig | None = None,
-                 **_: Any) -> None:
+                 execution_trace_observer: Any = None, custom_trace_id_callback: Callable[[], str] | None = None,
+                 use_cuda: bool | None = None) -> None:  # torch-npu 2.14.0's keywords, and only those
         self.activities = list(activities or [ProfilerActivity.CPU, ProfilerActivity.NPU])
         self.schedule = schedule or _always_record
         self.record_steps = schedule is not None  # as torch-npu: ProfilerStep#n marks only with a schedule
