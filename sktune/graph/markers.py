@@ -2,7 +2,8 @@
 
 A scope ``first..last`` becomes ``super_kernel_scope_begin(name)`` right before op
 ``first`` and ``super_kernel_scope_end(name)`` right after op ``last``; a ``None`` scope
-has no argument, as ``torch.npu.super_kernel_scope_begin(None)`` records it. Where
+has no argument, as ``torch.npu.super_kernel_scope_begin(None)`` becomes after AOT
+autograd (Dynamo records ``(None,)``; npugraph_ex reads either as ``None``). Where
 several markers share a spot, scopes nest properly: outer begins first, inner ends first.
 npugraph_ex pairs each end with the first open begin *of the same name*, so two scopes
 with one name must not overlap.

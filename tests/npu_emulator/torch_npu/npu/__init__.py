@@ -49,16 +49,11 @@ def is_bf16_supported(including_emulation: bool = False) -> bool:
 
 
 def super_kernel_scope_begin(scope_name: str | None = None) -> None:
-    """Open a SuperKernel scope (None: never fuse the ops inside)."""
-    if scope_name is None:
-        torch.ops.npu.super_kernel_scope_begin()
-    else:
-        torch.ops.npu.super_kernel_scope_begin(scope_name)
+    """Open a SuperKernel scope (None: never fuse the ops inside). The name is passed as
+    torch-npu 2.14.0 passes it (``npu/graphs.py``): always, so Dynamo records ``(None,)``."""
+    return torch.ops.npu.super_kernel_scope_begin(scope_name)
 
 
 def super_kernel_scope_end(scope_name: str | None = None) -> None:
     """Close the first open scope of that name."""
-    if scope_name is None:
-        torch.ops.npu.super_kernel_scope_end()
-    else:
-        torch.ops.npu.super_kernel_scope_end(scope_name)
+    return torch.ops.npu.super_kernel_scope_end(scope_name)
