@@ -269,12 +269,16 @@ class NpuBackend(Backend):
         return types
 
     def profile_step(self, fn: Callable[[], object]) -> dict[str, Any]:
+        from sktune.measure.ascend_files import find_profile_files
+        from sktune.measure.ascend_summary import kernels_per_step
+
         summary = profile_runs(self, [fn] * 5)
         steps = summary["steps"]
         median = sorted(s["span_us"] for s in steps)[len(steps) // 2] if steps else 0.0
         busy = sorted(s["busy_us"] for s in steps)[len(steps) // 2] if steps else 0.0
         return {"step_us": median, "busy_us": busy, "gap_us": median - busy, "steps": len(steps),
-                "top_kernels": summary["top_kernels"], "superkernels": summary["superkernels"]}
+                "top_kernels": kernels_per_step(find_profile_files(summary["profile_dir"])),
+                "superkernels": summary["superkernels"]}
 
     def time_batches(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
                      n_batches: int, batch_target_s: float) -> tuple[list[float], list[float], dict[str, Any]]:

@@ -38,7 +38,7 @@ def profile_runs(backend: "NpuBackend", fns: list[Callable[[], object]], with_st
                                    skip_first=0),
         on_trace_ready=prof_mod.tensorboard_trace_handler(str(out)),
         # AI Core metrics named off: torch-npu's default (PipeUtilization) at Level0 prints a
-        # warning on every profiled run and is reset to none (docs/npu_api.md, "Profiling").
+        # warning on every profiled run and is reset to none (docs/npu_api.md, "Profiler").
         experimental_config=prof_mod._ExperimentalConfig(
             profiler_level=prof_mod.ProfilerLevel.Level0, aic_metrics=prof_mod.AiCMetrics.AiCoreNone,
             data_simplification=True),

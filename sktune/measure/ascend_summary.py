@@ -130,6 +130,24 @@ def summarize(files: ProfileFiles, top: int = 15) -> ProfileSummary:
         cut_rows=df.attrs["cut_rows"] + cut_in_step_trace)
 
 
+def kernels_per_step(files: ProfileFiles, top: int = 15) -> list[dict[str, Any]]:
+    """The most expensive kernels by their time per profiler step: for each kernel (name and
+    type) the median over the steps of its summed duration in a step, and its launches per
+    step, as the Inductor profile gives them (``measure/profile.py``). ``summarize``'s
+    ``top_kernels`` are totals over the whole profile: five steps read five times too large
+    beside a step's time. Markers, duplicate rows and rows outside every step are left out."""
+    df = read_kernel_details(files.kernel_details)
+    df = df[~df["is_duplicate"] & ~df["is_marker"] & df["step"].notna()]
+    steps = sorted(df["step"].unique())
+    if not steps:
+        return []
+    grid = (df.groupby(["name", "type", "step"])["duration_us"].agg(["sum", "size"])
+            .unstack("step", fill_value=0).reindex(columns=steps, level=1, fill_value=0))
+    out = [{"name": str(name), "type": str(kind), "total_us": round(float(row["sum"].median()), 3),
+            "count": int(row["size"].median())} for (name, kind), row in grid.iterrows()]
+    return sorted(out, key=lambda k: (-k["total_us"], k["name"]))[:top]
+
+
 def step_spans(summary: dict[str, Any], expected: int) -> list[float]:
     """Device span (µs) of each profiler step of a ``ProfileSummary.to_json()``, in step order.
 

@@ -28,7 +28,7 @@ from sktune.measure.ascend_parsers import (
     read_kernel_details,
     read_step_trace,
 )
-from sktune.measure.ascend_summary import _union_ns, step_spans, summarize
+from sktune.measure.ascend_summary import _union_ns, kernels_per_step, step_spans, summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_profiles"
 RUN = FIXTURES / "localhost_41234_20250109120000123_ascend_pt"
@@ -206,6 +206,25 @@ def test_level0_file_with_real_superkernel_names(tmp_path: Path) -> None:
     assert [(k.scope, k.first_op, k.last_op, k.index, k.count) for k in summary.superkernels] == [
         ("decoder.layer.0.mlp", GMM, "clear_ops", 0, 2)]
     assert step_spans(summary.to_json(), 2) == [17.0, 11.0]
+
+
+def test_kernels_per_step_are_medians_over_the_steps_not_totals(tmp_path: Path) -> None:
+    """Beside a step's time a kernel's bar must be its time in a step: the totals over five
+    profiled steps read five times too large (a report's "median time per step")."""
+    na = ",N/A" * 6
+    path = _level0(tmp_path / "kernel_details.csv", True, [
+        f'2,0,mm,MatMulV2,AI_CORE,"1736413971000000.000\t",10,0,20,0{na}',
+        f'2,0,add,Add,AI_VECTOR_CORE,"1736413971000011.000\t",2,0,40,0{na}',
+        f'2,0,add,Add,AI_VECTOR_CORE,"1736413971000014.000\t",3,0,40,0{na}',
+        f'3,0,mm,MatMulV2,AI_CORE,"1736413971000100.000\t",12,0,20,0{na}',
+        f'3,0,add,Add,AI_VECTOR_CORE,"1736413971000113.000\t",4,0,40,0{na}',
+        f'4,0,mm,MatMulV2,AI_CORE,"1736413971000200.000\t",14,0,20,0{na}',  # add did not run in step 4
+        f',0,cast,Cast,AI_VECTOR_CORE,"1736413971000300.000\t",99,0,40,0{na}',  # outside every step
+    ])
+    kernels = kernels_per_step(ProfileFiles(kernel_details=path))
+    assert kernels == [{"name": "mm", "type": "MatMulV2", "total_us": 12.0, "count": 1},
+                       {"name": "add", "type": "Add", "total_us": 4.0, "count": 1}]  # median of 5, 4, 0
+    assert [k.total_us for k in summarize(ProfileFiles(kernel_details=path)).top_kernels][:2] == [99.0, 36.0]
 
 
 def test_profile_without_step_id_is_one_step_and_cannot_time_steps(tmp_path: Path) -> None:
