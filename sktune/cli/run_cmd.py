@@ -250,12 +250,11 @@ def warm_start_lines(data: dict[str, Any]) -> list[str]:
 
 
 def starting_points_line(data: dict[str, Any]) -> str | None:
-    """``best vs the starting points: fuse-all 1.05×; …``: each starting point once (a resumed
-    run refines the best again: the later trial counts), never the best itself (it read 1.00×)."""
+    """``best vs the starting points: fuse-all 1.05×; …``: the summary's ``anchors`` (each
+    starting point once, never the best itself, the unfused plan or a refinement trial)."""
     if data.get("best_trial") is None:
         return None
-    latest = {a["anchor"]: a for a in data.get("anchors") or [] if a["trial"] != data["best_trial"]}
-    beaten = [a for a in latest.values() if a["best_speedup_over"] and a["anchor"] != "unfused"]
+    beaten = [a for a in data.get("anchors") or [] if a["best_speedup_over"]]
     if not beaten:
         return None
     emulated = " (emulated)" if data.get("emulated") else ""

@@ -63,10 +63,10 @@ def comparison(summary: dict[str, Any]) -> pd.DataFrame:
 
 def anchors(summary: dict[str, Any]) -> pd.DataFrame:
     """Every measured starting point and how many times faster the best exact plan is."""
-    rows = [{"anchor": a["anchor"], "trial": a["trial"], "ratio": a["ratio"],
+    rows = [{"anchor": a["anchor"], "trial": a["trial"], "ratio": a["ratio"], "timed": a.get("timing_source"),
              "bitwise": "yes" if a["bitwise"] else "no", "best_speedup_over": a["best_speedup_over"]}
             for a in summary.get("anchors") or []]
-    return pd.DataFrame(rows, columns=["anchor", "trial", "ratio", "bitwise", "best_speedup_over"])
+    return pd.DataFrame(rows, columns=["anchor", "trial", "ratio", "timed", "bitwise", "best_speedup_over"])
 
 
 def shapes(summary: dict[str, Any]) -> pd.DataFrame:

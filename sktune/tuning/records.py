@@ -117,6 +117,7 @@ def has_ratio(trial: FrozenTrial) -> bool:
 
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+REFINED = "best+"  # refinement trials (tuning/refine.py) are anchors named "best+<option>=<value>"
 FIXED = "fixed_params"  # Optuna's system attribute of an enqueued trial: its parameters
 INTERRUPTED = "interrupted:"  # the start of the failure reason of a trial whose run was stopped or killed
 

@@ -29,11 +29,10 @@ from sktune.graph.structure import unit_starts
 from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.objective import TrialFailed
-from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, anchor_record, top_records
+from sktune.tuning.records import FUSE_ALL, REFINED, StudyAttr, TrialAttr, anchor_record, top_records
 
 log = logging.getLogger(__name__)
 
-REFINED = "best+"  # refinement trials are anchors named "best+<option>=<value>"
 
 
 def changes_anything(study: optuna.Study, plan: Plan, space: SearchSpace, option: str) -> bool:

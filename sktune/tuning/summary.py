@@ -11,7 +11,8 @@ import optuna
 from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
-from sktune.tuning.records import (FINISHED, FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record,
+from sktune.space.search_space import UNFUSED
+from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, StudyAttr, TrialAttr, TrialRecord, anchor_record,
                                    best_record, interrupted, is_yardstick, plan_of, records, reused,
                                    speedup_interval, speedup_of)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
@@ -151,7 +152,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     # search's figure is the least of many noisy ones, biased low, and one disturbed baseline
     # once made "best vs fuse-all" read 1.24x beside a table of 1.12x and 1.09x.
     best_ratio = None if best is None else 1.0 if out["best_fuses_nothing"] else best_timing_ratio
-    out["anchors"] = anchor_comparison(study, best_ratio)
+    out["anchors"] = anchor_comparison(study, best_ratio, None if best is None else best.number)
     out.update(static_compile_summary(study))  # static_compile, estimated_host_time (emulated only)
     # Which profiles left some of the step unrecorded (their unrecorded_us is neither busy nor gap).
     out["profile_partial"] = [which for which, key in (("baseline", "profile_baseline"), ("best", "profile_best"))
@@ -213,19 +214,25 @@ def _remeasured_ratios(study: optuna.Study) -> dict[int, float]:
     return {e["trial"]: PairedTiming.from_json(e["timing"]).ratio for e in entries}
 
 
-def anchor_comparison(study: optuna.Study, best_ratio: float | None) -> list[dict[str, Any]]:
-    """Each measured starting point (anchor or seed) and how much faster the best plan is
-    (ratios to the unfused baseline of each one's own run, so they compare across runs).
-    A starting point re-measured in the finalists' round is compared by that figure, as the
-    best is, so the line agrees with the table above it; the others by their search trial."""
-    out = []
-    yardsticks = {t.number for t in study.get_trials(deepcopy=False) if is_yardstick(t)}  # the shapes' panel has them
+def anchor_comparison(study: optuna.Study, best_ratio: float | None, best_trial: int | None = None
+                      ) -> list[dict[str, Any]]:
+    """Each measured starting point (anchor, seed or warm plan) and how much faster the best
+    plan is (ratios to the unfused baseline of each one's own run, so they compare across
+    runs). A starting point re-measured in the finalists' round is compared by that figure,
+    as the best is, so the line agrees with the table above it; the others by their search
+    trial. Left out: the best itself (it read 1.00×), the unfused plan (the headline is the
+    best against it; its search ratio against itself is noise), refinement trials (not
+    starting points) and the shapes' yardsticks (their panel has them); a starting point
+    measured again (a resumed run) counts by its latest trial."""
+    yardsticks = {t.number for t in study.get_trials(deepcopy=False) if is_yardstick(t)}
     remeasured = _remeasured_ratios(study)
+    latest: dict[str, dict[str, Any]] = {}
     for r in records(study):
-        if r.anchor is None or r.state != "COMPLETE" or not r.ratio or r.number in yardsticks:
+        if (r.anchor is None or r.state != "COMPLETE" or not r.ratio or r.number in yardsticks
+                or r.number == best_trial or r.anchor == UNFUSED or r.anchor.startswith(REFINED)):
             continue
         ratio = remeasured.get(r.number, r.ratio)
-        out.append({"anchor": r.anchor, "trial": r.number, "ratio": ratio, "bitwise": r.feasible,
-                    "timing_source": "re-measured" if r.number in remeasured else "search",
-                    "best_speedup_over": best_ratio and ratio / best_ratio})
-    return out
+        latest[r.anchor] = {"anchor": r.anchor, "trial": r.number, "ratio": ratio, "bitwise": r.feasible,
+                            "timing_source": "re-measured" if r.number in remeasured else "search",
+                            "best_speedup_over": best_ratio and ratio / best_ratio}
+    return list(latest.values())

@@ -53,8 +53,12 @@ def test_run_completes_labelled_emulated_and_verified(moe_study: dict) -> None:
     assert data["verified_bitwise"] is True and data["speedup"] > 1
     assert "EMULATED Ascend" in result.stdout and "(emulated)" in result.stdout
     anchors = {a["anchor"]: a for a in data["anchors"]}
+    measured = {str(t.user_attrs.get("anchor")) for t in moe_study["study"].trials}
     assert {"unfused", "no-scopes", "full-model", "full-model+dcci_after_kernel_end", "scope-per-layer",
-            "scope-per-mlp"} <= set(anchors)
+            "scope-per-mlp"} <= measured
+    best_anchor = moe_study["study"].trials[data["best_trial"]].user_attrs.get("anchor")
+    assert anchors and set(anchors) <= measured - {"None", "unfused", best_anchor}  # the best and unfused: not
+    assert not any(a.startswith("best+") for a in anchors)  # starting points; refinement trials neither
     assert all(a["best_speedup_over"] >= 1 - 1e-9 for a in anchors.values() if a["bitwise"])
     study = moe_study["study"]
     plans = [t.user_attrs["plan"] for t in study.trials if "plan" in t.user_attrs]

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 from tests.cli.test_cli import sktune as run_cli
@@ -80,4 +81,6 @@ def test_sktune_run_npu_on_a_transformers_llama(tmp_path: Path) -> None:
     assert data["device"] == "npu-emulator" and data["emulated"] is True
     assert data["verified_bitwise"] is True
     # transformers' module paths are read: the two decoder layers are found as repeated units
-    assert "scope-per-layer" in {a["anchor"] for a in data["anchors"]}
+    anchors = {str(t.user_attrs.get("anchor")) for t in optuna.load_study(
+        study_name=data["study"], storage=f"sqlite:///{tmp_path}/llama.db").trials}
+    assert "scope-per-layer" in anchors

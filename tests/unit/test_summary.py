@@ -193,6 +193,7 @@ def test_best_vs_the_starting_points_uses_the_finalists_round(capsys: pytest.Cap
     out = summary(study)
     assert out["best_trial"] == 3 and out["search_speedup"] == pytest.approx(1 / 0.761)
     anchors = {a["anchor"]: a for a in out["anchors"]}
+    assert set(anchors) == {"fuse-all", "safe-runs"}  # not the best itself, nor unfused (the headline's yardstick)
     assert anchors["fuse-all"]["timing_source"] == "re-measured"
     assert anchors["fuse-all"]["best_speedup_over"] == pytest.approx(0.917 / 0.894)
     assert anchors["safe-runs"]["timing_source"] == "search"
