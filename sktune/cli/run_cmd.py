@@ -312,6 +312,8 @@ def _print_summary(data: dict[str, Any]) -> None:
         source = ("re-measured after the search" if data["timing_source"] == "re-measured"
                   else "from the search trial")
         console.print(f"best exact plan: {verdict}; times {source}")
+        if data.get("provisional"):
+            console.print(f"[yellow]provisional: {data['provisional']}[/]", highlight=False)
     console.print(
         f"trials: {data['n_trials']} ({data['n_complete']} complete, {data['n_infeasible']} infeasible "
         f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed; "

@@ -56,23 +56,39 @@ def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
     rows = []
     for r in comp.itertuples():
         cls = {"yes": "ok", "no": "bad"}.get(r.verified, "")
+        base = None if r.baseline_s is None or pd.isna(r.baseline_s) else r.baseline_s * 1e6
         rows.append([cell(r.plan), cell(None if pd.isna(r.trial) else int(r.trial)),
-                     cell(r.time_s * 1e6, num(r.time_s * 1e6, ".1f")), cell(r.ratio, num(r.ratio, ".3f")),
+                     cell(r.time_s * 1e6, num(r.time_s * 1e6, ".1f")), cell(base, num(base, ".1f")),
+                     cell(r.ratio, num(r.ratio, ".3f")),
                      cell(None, interval(r.ratio_lo, r.ratio_hi)),
                      cell(None, num(speedup_of(r.ratio), ".2f") + "×"),
                      cell(r.verified, f'<span class="{cls}">{esc(r.verified)}</span>')])
     emulated = " (emulated)" if summary.get("emulated") else ""
-    comp_html = table(["plan", "trial", f"step µs{emulated}", "time ratio", "ratio 95 % interval", "speedup",
-                        "bitwise verified"], rows) if rows else '<p class="note">No complete trial yet.</p>'
+    comp_html = table(["plan", "trial", f"step µs{emulated}", f"its unfused µs{emulated}", "time ratio",
+                        "ratio 95 % interval", "speedup", "bitwise verified"], rows) \
+        if rows else '<p class="note">No complete trial yet.</p>'
     counts = (f"{summary['n_trials']} trials: {summary['n_complete']} complete "
-              f"({summary['n_infeasible']} not bitwise-exact), {summary['n_failed']} failed.")
-    source = {"re-measured": "Best and fuse-everything times were re-measured after the search "
+              f"({summary['n_infeasible']} not bitwise-exact), {summary['n_pruned']} pruned or skipped, "
+              f"{summary['n_failed']} failed.")
+    remeasured = "The best" + (" and fuse-everything" if summary.get("fuse_all") else "")
+    source = {"re-measured": f"{remeasured} times were re-measured after the search "
                              "(the search's minimum is biased low)",
               "search": "Times are from the search trials themselves"}.get(summary.get("timing_source", ""), "")
     return (f'<h2 id="summary">1. Summary</h2><p class="verdict">{esc(data.verdict(summary))}</p>'
             f"<p>{esc(counts)} {esc(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
             "the same run (&lt; 1 is faster); a gain is real only when its interval excludes 1.</p>"
-            f"{comp_html}{_host_time(summary)}{_shapes(summary)}{_anchors(summary)}<h3>Environment</h3>{env}")
+            f"{comp_html}{_host_time(summary)}{_shapes(summary)}{_verify_shapes(summary)}{_anchors(summary)}"
+            f"<h3>Environment</h3>{env}")
+
+
+def _verify_shapes(summary: dict[str, Any]) -> str:
+    """The verify-only shapes (``verify_shapes()``): checked bitwise, never timed; the capture-limit warning."""
+    from sktune.tuning.verified import verify_shapes_line
+
+    lines = [verify_shapes_line(summary["verify_shapes"])] if summary.get("verify_shapes") else []
+    if summary.get("capture_limit_warning"):
+        lines.append(summary["capture_limit_warning"])
+    return "".join(f"<p>{esc(line)}</p>" for line in lines)
 
 
 def _host_time(summary: dict[str, Any]) -> str:

@@ -30,6 +30,20 @@ def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[Pair
     return record.timing, record.feasible, "search"
 
 
+def _provisional(study: optuna.Study, best: int, source: str) -> str | None:
+    """Why the best is named by its search trial, not by a finalists' round (README: a fused
+    plan is named best only when re-measured): no round has completed yet (a run stopped, or
+    one still running), or the best finished after the last one (another worker's trial, or
+    a resumed run's). None where the round named it."""
+    if source != "search":
+        return None
+    if not study.user_attrs.get(StudyAttr.FINALISTS):
+        return ("no finalists' round has completed (a run stopped before its end, or one is still running): the "
+                "figures are the search trial's, biased low; run the same command again to finish the study")
+    return (f"trial #{best} finished after the last finalists' round (another worker's trial, or a resumed "
+            "run's): its figures are the search trial's, biased low; the last worker to finish re-measures it")
+
+
 def failure_reasons(recs: list[TrialRecord], top: int = 3) -> list[list[Any]]:
     """The most frequent reasons why trials failed, ``[[reason, count], ...]``: where a run
     that produced no result says why (e.g. every trial hung past --trial-timeout)."""
@@ -96,6 +110,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "input_sets": study.user_attrs.get(StudyAttr.INPUT_SETS),
         "threads": study.user_attrs.get(StudyAttr.THREADS),
         "baseline_s": None, "best_s": None, "speedup": None, "speedup_ci": None, "significant": False,
+        "provisional": None,
         "best_fuses_nothing": False, "keep_unfused_reason": None, "rejected_best": None,
         # The unfused plan timed as a finalist against its own baseline: how far the round's noise reaches.
         "noise_floor": _noise_floor(study),
@@ -120,7 +135,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
             significant=hi < 1.0 and bool(groups), best_fuses_nothing=not groups,
             timing_source=source, search_speedup=speedup_of(best.ratio),
             verified_bitwise=bitwise, best_trial=best.number, best_plan=plan.to_json(),
-            groups=[list(g) for g in groups],
+            groups=[list(g) for g in groups], provisional=_provisional(study, best.number, source),
         )
         study_shapes = study.user_attrs.get(StudyAttr.SHAPES)
         if study_shapes:  # the top-level figures above are the weighted ones

@@ -201,3 +201,35 @@ def test_best_vs_the_starting_points_uses_the_finalists_round(capsys: pytest.Cap
     _print_summary(out)
     printed = " ".join(capsys.readouterr().out.split())
     assert "fuse-all 1.03×" in printed and "safe-runs 1.08×" in printed
+
+
+def test_a_best_named_by_its_search_trial_is_provisional_and_says_why(capsys: pytest.CaptureFixture) -> None:
+    """An interrupted first run, or a trial another worker finished after this run's finalists'
+    round: the figures are the search's, and the verdict must not read as the round's."""
+    study = hand_made_study([("unfused", [(None, 0, 3)], 1.0, True), (None, [("sk0", 1, 3)], 0.8, True)])
+    out = summary(study)
+    assert out["timing_source"] == "search" and "no finalists' round has completed" in out["provisional"]
+    assert data.verdict(out).startswith("Provisional: no finalists' round has completed")
+    _print_summary(out)
+    assert "provisional: no finalists' round" in " ".join(capsys.readouterr().out.split())
+
+    study = hand_made_study([("unfused", [(None, 0, 3)], 1.0, True), (None, [("sk0", 1, 3)], 0.8, True),
+                             (None, [("sk0", 0, 3)], 0.7, True)])
+    round_ = {"trial": 1, "timing": _timing(0.82)}  # the round ran before trial 2 finished
+    study.set_user_attr("finalists", [round_])
+    study.set_user_attr("confirm_best", {**round_, "bitwise": True})
+    later = summary(study)
+    assert later["best_trial"] == 2 and later["provisional"].startswith("trial #2 finished after the last finalists'")
+    study.set_user_attr("finalists", [round_, {"trial": 2, "timing": _timing(0.72)}])
+    study.set_user_attr("confirm_best", {"trial": 2, "timing": _timing(0.72), "bitwise": True})
+    confirmed = summary(study)
+    assert confirmed["provisional"] is None and confirmed["timing_source"] == "re-measured"
+    assert not data.verdict(confirmed).startswith("Provisional")
+    # The report says what the CLI says about the verify-only shapes, and each row's own baseline.
+    study.set_user_attr("verify_shapes", ["bs2", "bs4"])
+    study.set_user_attr("verified", [{"trial": 2, "shapes": {n: {"bitwise": True, "mismatches": 0, "reason": None,
+                                                                "seconds": 0.5} for n in ("bs2", "bs4")}}])
+    page = render(study)
+    assert "verify-only shapes (2: bs2, bs4; not timed): best plan bitwise at all" in page
+    assert "its unfused µs" in page and "0 pruned or skipped" in page
+    assert (data.comparison(summary(study))["baseline_s"] > 0).all()
