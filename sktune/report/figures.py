@@ -38,6 +38,23 @@ def _short(text: str, limit: int = 48) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _axis_labels(names: list[str], limit: int = 48) -> list[str]:
+    """One axis label per name, each distinct: a long name keeps its head and its tail (kernels
+    differ in their last characters: ``…_clamp_min_div_round_0``, ``…_split_1``); labels that
+    still meet get a number. A category axis draws two equal labels on one row."""
+    def cut(name: str) -> str:
+        return name if len(name) <= limit else name[: limit - 17] + "…" + name[-16:]
+
+    labels: list[str] = []
+    for name in names:
+        label, k = cut(name), 1
+        while label in labels:
+            k += 1
+            label = f"{cut(name)} ({k})"
+        labels.append(label)
+    return labels
+
+
 # ---------------------------------------------------------------- 2. fusion map
 
 def fusion_map_figure(fm: FusionMap) -> go.Figure:
@@ -115,7 +132,8 @@ def kernels_figure(kernels: pd.DataFrame) -> go.Figure:
     for which, colour in (("unfused baseline", "#7f7f7f"), ("best exact plan", "#2ca02c")):
         part = kernels[kernels["which"] == which].set_index("name").reindex(order)
         fig.add_trace(go.Bar(
-            orientation="h", y=[escape(_short(n)) for n in order], x=part["total_us"], name=escape(which),
+            orientation="h", y=[escape(label) for label in _axis_labels(order)], x=part["total_us"],
+            name=escape(which),
             marker_color=colour,
             hovertext=[f"{escape(n)}<br>{escape(which)}: " + ("—" if pd.isna(v) else f"{v:.1f} µs/step")
                        for n, v in zip(order, part["total_us"])], hoverinfo="text"))

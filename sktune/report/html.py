@@ -250,8 +250,10 @@ def _failure(item: dict[str, Any], ops: list[dict[str, Any]]) -> str:
             [cell(m.input_set), cell(m.output_index), cell(m.count), cell(m.first_index),
              cell(m.max_ulp), cell(m.detail)] for m in mm.itertuples())))
     anchor = f" ({esc(item['anchor'])})" if item.get("anchor") else ""
+    # A recorded reason often begins with its kind ("hang: no answer within 1 s"): said once.
+    reason = str(item["reason"]).removeprefix(f"{item['kind']}:").strip()
     return (f"<details><summary>trial #{item['trial']}{anchor} — <b>{esc(item['kind'])}</b>: "
-            f"{esc(item['reason'])}</summary>{''.join(parts)}</details>")
+            f"{esc(reason)}</summary>{''.join(parts)}</details>")
 
 
 def _failures(study: optuna.Study) -> str:

@@ -13,7 +13,8 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from sktune.tuning.records import TrialAttr, TrialRecord, feasible_trials, has_ratio, is_feasible, records
+from sktune.tuning.records import (TrialAttr, TrialRecord, feasible_trials, has_ratio, is_feasible, is_yardstick,
+                                   records)
 
 FINISHED = ("COMPLETE", "FAIL", "PRUNED")
 _FAILURE_KINDS = ("hang", "crash", "error", "interrupted")
@@ -89,11 +90,14 @@ def importances(study: optuna.Study, min_trials: int = 4) -> tuple[pd.DataFrame,
 
 
 def parallel(study: optuna.Study) -> tuple[pd.DataFrame, list[str]]:
-    """Complete trials: number, ratio, bitwise and the parameters that vary among them.
+    """Complete trials (not the shapes' yardsticks): number, ratio, bitwise and the parameters
+    that vary among them.
 
     Returns the frame and the varying parameter names (ordered as Optuna lists them).
     """
-    trials = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if has_ratio(t)]
+    # A shape's yardstick is timed at that shape alone: its ratio is on another scale (trials table).
+    trials = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+              if has_ratio(t) and not is_yardstick(t)]
     names: list[str] = []
     for t in trials:
         names += [p for p in t.params if p not in names]

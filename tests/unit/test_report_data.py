@@ -159,6 +159,26 @@ def test_figures_escape_hover_text_and_labels() -> None:
     assert all("<script" not in y for trace in kernels.data for y in trace.y)
 
 
+def test_two_kernels_whose_names_share_a_long_head_get_two_rows() -> None:
+    from sktune.report import figures
+
+    names = ["graph_11_cpp_fused__to_copy_abs_amax_clamp_clamp_min_div_mul_round_silu_split_1",
+             "graph_11_cpp_fused__to_copy_abs_amax_clamp_clamp_min_div_round_0"]
+    kernels = pd.DataFrame([{"which": "unfused baseline", "name": n, "total_us": 5.0 + i, "count": 1}
+                            for i, n in enumerate(names)], columns=["which", "name", "total_us", "count"])
+    (trace, _) = figures.kernels_figure(kernels).data
+    assert len(set(trace.y)) == 2 and all(len(y) <= 48 for y in trace.y)
+    assert figures._axis_labels(["a" * 60, "a" * 60]) == ["a" * 31 + "…" + "a" * 16, "a" * 31 + "…" + "a" * 16 + " (2)"]
+
+
+def test_a_failure_reason_that_begins_with_its_kind_says_it_once() -> None:
+    from sktune.report.html import _failure
+
+    item = {"trial": 3, "kind": "hang", "reason": "hang: no answer within 1 s", "anchor": "", "plan": None,
+            "mismatches": pd.DataFrame()}
+    assert "<b>hang</b>: no answer within 1 s</summary>" in _failure(item, [])
+
+
 def test_page_embeds_plotly_once_and_needs_no_network() -> None:
     page = render(hostile_study())
     assert page.count("window.PlotlyConfig") == 1  # plotly.js inline, once

@@ -156,6 +156,9 @@ def test_the_regret_is_measured_against_the_yardstick_with_where_it_is_exact(mon
     whole = study_summary(study)
     assert (whole["n_infeasible"], whole["n_yardsticks"]) == (0, n) and whole["best_trial"] == robust.number
     assert whole["anchors"] == []  # the yardsticks are no starting points; safe-runs is the best itself
+    from sktune.report.trials_data import parallel
+
+    assert parallel(study)[0]["number"].tolist() == [robust.number]  # a one-shape ratio is on another scale
     assert whole["shapes"]["wide"]["regret"] == pytest.approx(0.8)
 
     frame = data.shapes({"shapes": summary})
