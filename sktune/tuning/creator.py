@@ -35,6 +35,14 @@ def record_creator(study: optuna.Study) -> dict[str, Any]:
     return record
 
 
+def record_waiter(study: optuna.Study) -> None:
+    """Say in a study not yet prepared that a worker loaded it and may wait for its creator:
+    a creator stopped during its start-up then hands the study over instead of deleting it
+    (``dropped_unless_prepared``). The last one to load it is enough to know of."""
+    if StudyAttr.SPACE not in _user_attrs(study):
+        study.set_user_attr(StudyAttr.WAITER, {**worker_tag(), "at": time.time()})
+
+
 RECORD_POLL_S = 0.1
 RECORD_WAIT_S = 5.0
 
@@ -223,14 +231,36 @@ def dropped_unless_prepared(study: optuna.Study, created: bool, storage: str) ->
     Such a study holds nothing (no space, no trial), yet it was listed among the storage's
     studies and ``sktune report`` wrote an empty report of it: a model file whose
     ``build_model`` raised, say, left one behind. A worker that was waiting for it
-    (``wait_for_creator``) says so and stops.
+    (``wait_for_creator``) says so and stops: it would meet the same failure.
+
+    A creator stopped (Ctrl-C, SIGTERM) while another worker had loaded the study hands it
+    over instead: its record is emptied, and the waiting worker takes over at its next look
+    (``take_over``). Deleting it ended that worker too, for a stop that was no failure.
     """
     try:
         yield
+    except KeyboardInterrupt:  # Ctrl-C, and SIGTERM (cli/run_cmd.py's Terminated)
+        if created:
+            _hand_over_or_delete(study, storage)
+        raise
     except BaseException:
         if created:
             _delete_if_empty(study, storage)
         raise
+
+
+def _hand_over_or_delete(study: optuna.Study, storage: str) -> None:
+    try:
+        waiter = study.user_attrs.get(StudyAttr.WAITER)
+        if waiter and may_be_alive(waiter) and StudyAttr.SPACE not in study.user_attrs:
+            study.set_user_attr(StudyAttr.CREATOR, {})  # gone: a waiter takes over (``_awaited``)
+            log.info("stopped before preparing the study: left to the worker waiting for it (pid %s on %s)",
+                     waiter.get("pid"), waiter.get("host"))
+            return
+    except Exception as exc:  # e.g. the storage went down: deleting fails the same way
+        log.warning("could not hand the study over: %s", mask_url(str(exc)))
+        return
+    _delete_if_empty(study, storage)
 
 
 def _delete_if_empty(study: optuna.Study, storage: str) -> None:

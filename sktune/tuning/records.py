@@ -64,6 +64,7 @@ class StudyAttr:
     SPACE = "space"  # the search space's signature; written last (the study is prepared)
     CREATOR = "creator"  # the worker that created the study ({host, pid, at}): it prepares the study
     CREATOR_BEAT = "creator_beat"  # a count the creator raises while it prepares the study (its heartbeat)
+    WAITER = "waiter"  # the last worker that loaded the study before it was prepared ({host, pid, at})
     THREADS = "threads"
     INPUT_SETS = "input_sets"
     BACKEND = "backend"

@@ -19,7 +19,8 @@ import optuna
 from sktune.errors import SktuneError
 from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner
-from sktune.tuning.creator import await_creator_record, dropped_unless_prepared, record_creator
+from sktune.tuning.creator import (await_creator_record, dropped_unless_prepared, record_creator,
+                                   record_waiter)
 from sktune.tuning.dcci_seed import requeue_stopped_seeds
 from sktune.tuning.records import StudyAttr, TrialAttr, planned_plans
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
@@ -100,6 +101,7 @@ def open_study(name: str, storage: str, seed: int | None) -> tuple[optuna.Study,
         else:
             check_made_by_sktune(study, mask_url(storage))  # before the wait: such a study has trials
             await_creator_record(study)
+            record_waiter(study)
         fail_orphaned_trials(study, backend)
     return study, created
 

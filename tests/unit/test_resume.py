@@ -479,6 +479,27 @@ def test_a_study_whose_creator_failed_before_preparing_it_is_deleted_and_its_wai
     assert optuna.get_all_study_names(make_storage(url)) == ["k"]
 
 
+def test_a_creator_stopped_before_preparing_hands_the_study_to_its_waiter_or_leaves_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C or SIGTERM of the creator during its start-up: a worker that loaded the study
+    takes it over (deleting it ended that worker, "deleted while this run waited"); a lone
+    creator leaves no empty study behind."""
+    from sktune.tuning import creator
+
+    monkeypatch.setattr(creator, "pause", lambda seconds: None)
+    url = f"journal:{tmp_path}/s.log"
+    study, created = open_study("s", url, 0)
+    waiter, _ = open_study("s", url, 1)  # loaded before the study was prepared: it will wait
+    with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(study, created, url):
+        raise KeyboardInterrupt
+    assert optuna.get_all_study_names(make_storage(url)) == ["s"]
+    assert not wait_for_creator(waiter) and creator.take_over(waiter)  # at once, not after a silence
+    lone, created = open_study("lone", url, 0)
+    with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(lone, created, url):
+        raise KeyboardInterrupt
+    assert optuna.get_all_study_names(make_storage(url)) == ["s"]
+
+
 def test_a_starting_point_with_overrides_is_done_only_by_a_trial_of_that_plan() -> None:
     # fuse-all takes the compiler's costly whole-graph options: a sampled trial with its
     # parameters but without them is another plan, and fuse-all's yardstick still runs.
