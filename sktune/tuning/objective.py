@@ -107,7 +107,8 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         # No plan is measured twice (tuning/reuse.py); an anchor is timed fully, never pruned.
         earlier = None
         if not yardstick:  # another worker measuring this plan now: its outcome, once it has one
-            record_waited_for(trial, wait_for_twin(trial.study, plan, trial.number, running_limit_s))
+            record_waited_for(trial, wait_for_twin(trial.study, plan, trial.number, running_limit_s,
+                                                   (dict(trial.params), overrides)))
             earlier = measured.find(trial.study, plan, pruned=not anchor)
         record_compiled(trial, earlier is None)
         if earlier is not None:

@@ -37,12 +37,13 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.plan import Plan
-from sktune.tuning.records import FINISHED, TrialAttr, interrupted, is_yardstick, reused, skipped
+from sktune.tuning.records import FINISHED, FIXED, TrialAttr, interrupted, is_yardstick, plan_of, reused, skipped
 from sktune.tuning.trial_writer import record_reused
 
 # The result attributes a copy carries. Costs (compile_s, measure_s, overhead_s,
@@ -94,24 +95,33 @@ def pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def in_flight(study: optuna.Study, plan: Plan, number: int, now: datetime, limit_s: float) -> FrozenTrial | None:
+def in_flight(study: optuna.Study, plan: Plan, number: int, now: datetime, limit_s: float,
+              queued: tuple[dict[str, Any], dict[str, Any]] | None = None) -> FrozenTrial | None:
     """An earlier trial (lower number) measuring ``plan`` right now: another worker's.
 
-    A trial RUNNING for over ``limit_s`` is taken for dead (its worker killed on another
-    host: ``storage.fail_orphaned_trials`` fails only this host's)."""
+    An earlier trial that has not recorded its plan yet is one when it was queued as the same
+    plan (``queued``: this trial's parameters and option overrides; ``records.plan_of``):
+    two workers that top up the starting queue together start both twins within
+    milliseconds, before either records its plan, and both used to measure it. A trial
+    RUNNING for over ``limit_s`` is taken for dead (its worker killed on another host:
+    ``storage.fail_orphaned_trials`` fails only this host's)."""
     key = plan.dumps()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if trial.number >= number or TrialAttr.PLAN not in trial.user_attrs or skipped(trial):
+        if trial.number >= number or skipped(trial):
             continue
         started = trial.datetime_start
         if started is None or (now - started).total_seconds() > limit_s:
             continue
-        if plan_key(trial) == key:
+        if TrialAttr.PLAN in trial.user_attrs:
+            if plan_key(trial) == key:
+                return trial
+        elif queued is not None and FIXED in trial.system_attrs and plan_of(trial, as_queued=True) == queued:
             return trial
     return None
 
 
-def wait_for_twin(study: optuna.Study, plan: Plan, number: int, limit_s: float) -> int | None:
+def wait_for_twin(study: optuna.Study, plan: Plan, number: int, limit_s: float,
+                  queued: tuple[dict[str, Any], dict[str, Any]] | None = None) -> int | None:
     """Wait while another worker's earlier trial measures ``plan``; the number of the last
     trial waited for, or None.
 
@@ -119,11 +129,11 @@ def wait_for_twin(study: optuna.Study, plan: Plan, number: int, limit_s: float) 
     one plan twice (``resume.StartingQueue``). The later trial waits, then takes the
     earlier's outcome (``MeasuredPlans.find``) instead of measuring the plan again; if that
     trial was interrupted, it measures the plan itself. Waiting ends ``limit_s`` after the
-    earlier trial started at most. Both may still measure when the earlier has not yet
-    recorded its plan.
+    earlier trial started at most. An earlier twin that has not recorded its plan yet is
+    known by the plan it was queued as (``queued``).
     """
     waited = None
-    while (twin := in_flight(study, plan, number, datetime.now(), limit_s)) is not None:
+    while (twin := in_flight(study, plan, number, datetime.now(), limit_s, queued)) is not None:
         waited = twin.number
         pause(POLL_S)
     return waited

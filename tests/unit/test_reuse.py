@@ -194,6 +194,15 @@ def test_a_plan_another_worker_is_measuring_now_waits_for_it_and_takes_its_outco
     assert reuse.in_flight(running, plan, 5, datetime.now() + timedelta(hours=1), 600.0) is None  # taken for dead
     assert reuse.in_flight(running, plan, 0, datetime.now(), 600.0) is None  # only an earlier trial counts
     assert reuse.in_flight(running, space.decode(other), 5, datetime.now(), 600.0) is None
+    # Two workers topping up together start both twins within milliseconds: the earlier has not
+    # recorded its plan yet, and is known by the plan it was queued as.
+    queued = optuna.create_study()
+    queued.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: "safe-runs"})
+    queued.ask()  # RUNNING, its plan not recorded yet
+    assert reuse.in_flight(queued, plan, 5, datetime.now(), 600.0, (dict(params), {})) is not None
+    assert reuse.in_flight(queued, plan, 5, datetime.now(), 600.0) is None  # nothing to tell it by
+    assert reuse.in_flight(queued, plan, 5, datetime.now(), 600.0, (dict(params), {"cpp_wrapper": True})) is None
+    assert reuse.in_flight(queued, plan, 5, datetime.now(), 600.0, (dict(other), {})) is None
 
 
 def test_a_trial_waiting_for_an_interrupted_twin_measures_the_plan(space: SearchSpace,
