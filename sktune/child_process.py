@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+import traceback
+from pathlib import Path
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -35,3 +38,20 @@ def thread_locked_progress_bars() -> None:
     from tqdm import tqdm  # Optuna's dependency; torch.fx uses it when it is installed
 
     tqdm.set_lock(threading.RLock())
+
+
+# How the dynamic loader names a shared library cut short (its writer stopped midway).
+_CUT_LIBRARY = re.compile(r"(/\S+?\.so): (?:file too short|invalid ELF header|ELF load command[^\n]*beyond end of file)")
+
+
+def cut_short_library(exc: BaseException, cache_dir: str | None) -> Path | None:
+    """The library in this study's compile cache that ``exc`` failed to load because it is
+    cut short, or None. Only a file under ``cache_dir`` is named: the caller removes it so
+    that the plan compiles it afresh."""
+    if not cache_dir:
+        return None
+    found = _CUT_LIBRARY.search("".join(traceback.format_exception(exc)))
+    if found is None:
+        return None
+    path = Path(found.group(1))
+    return path if path.resolve().is_relative_to(Path(cache_dir).resolve()) else None

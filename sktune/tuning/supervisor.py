@@ -137,6 +137,9 @@ class SupervisedWorker:
             return rest[0]
         message, trace = rest
         log.debug("worker error: %s", trace)
+        if status == "interrupted":  # not the plan's doing (a library cut short): a fresh worker, the plan again
+            self._restart()
+            return WorkerFailure("interrupted", message, trace)
         return WorkerFailure("error", message, trace)
 
     def _receive(self, timeout: float) -> Any:

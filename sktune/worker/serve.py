@@ -12,7 +12,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from sktune.child_process import die_with_parent, thread_locked_progress_bars
+from sktune.child_process import cut_short_library, die_with_parent, thread_locked_progress_bars
 from sktune.errors import SktuneError
 from sktune.pipe.protocol import BisectRequest, ConfirmRequest, ProfileRequest, TrialRequest
 from sktune.pipe.verify_shapes import VerifyRequest
@@ -63,6 +63,12 @@ def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, paren
             }[command]
             conn.send(("ok", handler(payload)))
         except Exception as exc:
+            if (cut := cut_short_library(exc, cache_dir)) is not None:  # not the plan's failure: measured again
+                cut.unlink(missing_ok=True)
+                conn.send(("interrupted", f"the compiled library {cut.name} in the study's compile cache was cut "
+                                          "short (a stopped run's compiler was writing it): removed, so the plan "
+                                          "compiles afresh", traceback.format_exc()))
+                continue
             conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
 
 

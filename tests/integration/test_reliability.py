@@ -226,3 +226,46 @@ def test_the_worker_dies_with_a_killed_tuner(tmp_path: Path) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"worker {worker_pid} outlived its killed tuner")
+
+
+def test_a_compiled_library_cut_short_is_named_removed_and_not_the_plan_s_failure(tmp_path: Path) -> None:
+    """A g++ left running after its run was stopped writes on into the study's compile cache;
+    a worker that loads its library meanwhile met "file too short", and the plan counted as
+    failed. Only a file under the cache is ever removed."""
+    from sktune.child_process import cut_short_library
+
+    cache = tmp_path / "cache"
+    cut = cache / "qh" / "cqhh4sr.main.so"
+    try:
+        raise ImportError(f"{cut}: file too short")
+    except ImportError as exc:
+        assert cut_short_library(exc, str(cache)) == cut
+        assert cut_short_library(exc, str(tmp_path / "other")) is None  # never a file outside the cache
+        assert cut_short_library(exc, None) is None
+    try:
+        raise OSError("libfoo.so: cannot open shared object file: No such file or directory")
+    except OSError as exc:
+        assert cut_short_library(exc, str(cache)) is None
+
+
+@pytest.mark.slow  # ~30 s: three worker starts and compiles; CI runs it
+def test_a_worker_that_meets_a_library_cut_short_removes_it_and_the_plan_runs_again(tmp_path: Path) -> None:
+    from sktune.pipe.protocol import TrialRequest, WorkerFailure
+    from sktune.plan import Plan, Scope
+    from sktune.tuning.supervisor import SupervisedWorker, runner_config
+
+    cache = tmp_path / "cache"
+    config = runner_config(model_path=str(MODELS / "tiny_norm.py"), n_batches=2, input_sets=1)
+    with SupervisedWorker(config, str(cache)) as worker:
+        plan = Plan.make([Scope(0, len(worker.start().targets) - 1, "all")], {})
+        assert not isinstance(worker.run(TrialRequest(plan, 2, None), 300), WorkerFailure)
+    libraries = list(cache.rglob("*.main.so"))
+    for library in libraries:  # as a stopped compiler leaves them: the ELF header cut
+        library.write_bytes(library.read_bytes()[:40])
+    with SupervisedWorker(config, str(cache)) as worker:
+        worker.start()
+        answers = [worker.run(TrialRequest(plan, 2, None), 300) for _ in range(len(libraries) + 1)]
+    failures = [a for a in answers if isinstance(a, WorkerFailure)]
+    assert failures and all(f.kind == "interrupted" and "cut short" in f.message for f in failures)
+    assert not isinstance(answers[-1], WorkerFailure)  # each cut library removed, compiled afresh
+    assert all(library.stat().st_size > 40 for library in libraries if library.exists())
