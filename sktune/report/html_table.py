@@ -61,6 +61,6 @@ def table(headers: Sequence[str] | None, rows: Iterable[Sequence[str]], sortable
     return f"<table{cls}>{head}<tbody>{body}</tbody></table>"
 
 
-def interval(lo: Any, hi: Any) -> str:
-    """A 95 % interval as ``[lo, hi]``, or a dash when there is none."""
-    return "—" if lo is None or pd.isna(lo) else f"[{lo:.3f}, {hi:.3f}]"
+def interval(lo: Any, hi: Any, fmt: str = ".3f") -> str:
+    """A 95 % interval as ``[lo, hi]`` (``fmt``: as the figure it bounds), or a dash when there is none."""
+    return "—" if lo is None or pd.isna(lo) else f"[{lo:{fmt}}, {hi:{fmt}}]"

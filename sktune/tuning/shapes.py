@@ -119,7 +119,7 @@ def shapes_summary(study_shapes: Mapping[str, Any], chosen: Mapping[str, Any], s
             "weight": declared["weight"], "input_shapes": declared.get("input_shapes"),
             "baseline_s": o.timing.baseline_s, "best_s": o.timing.candidate_s, "speedup": o.timing.speedup,
             "speedup_ci": list(o.timing.speedup_ci), "verified_bitwise": o.bitwise,
-            "best_alone_trial": None, "best_alone_speedup": None, "regret": None,
+            "search_speedup": None, "best_alone_trial": None, "best_alone_speedup": None, "regret": None,
             "yardstick_trial": None, "yardstick_speedup": None, "yardstick_exact": None, "regret_against": None,
         }
         if len(study_shapes) > 1 and name in yard:
@@ -130,6 +130,8 @@ def shapes_summary(study_shapes: Mapping[str, Any], chosen: Mapping[str, Any], s
             entry.update(best_alone_trial=alone[name][0], best_alone_speedup=1.0 / alone[name][1])
         candidates = [(alone[name][1], "best_alone")] if entry["best_alone_trial"] is not None else []
         candidates += [(yard[name][1], "yardstick")] if entry["yardstick_trial"] is not None else []
+        if s is not None:  # the plan's search figure: the regret compares search with search
+            entry["search_speedup"] = 1.0 / s.timing.ratio
         if candidates and s is not None:
             ratio, against = min(candidates)
             # How much slower the one plan is at this shape than the best plan for it alone.

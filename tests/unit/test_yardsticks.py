@@ -146,6 +146,9 @@ def test_the_regret_is_measured_against_the_yardstick_with_where_it_is_exact(mon
     wide, narrow = summary["wide"], summary["narrow"]
     assert wide["best_alone_trial"] == robust.number and wide["best_alone_speedup"] == pytest.approx(1 / 0.9)
     assert wide["regret"] == pytest.approx(0.9 / 0.5 - 1) and wide["regret_against"] == "yardstick"
+    # The row can be checked by eye: the regret compares the plan's search figure, shown beside it.
+    assert wide["search_speedup"] == pytest.approx(1 / 0.9)
+    assert wide["regret"] == pytest.approx(2.0 / wide["search_speedup"] - 1)
     assert wide["yardstick_speedup"] == pytest.approx(2.0) and wide["yardstick_trial"] > robust.number
     assert wide["yardstick_exact"] == {"checked": ["wide"], "bitwise": ["wide"], "probe_exact": ["wide"]}
     assert narrow["yardstick_trial"] is None and narrow["regret"] == pytest.approx(0.0)
