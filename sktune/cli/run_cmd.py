@@ -109,6 +109,8 @@ def run_command(
         err_console.print(f"summary written to {summary_json}")
     if data["best_plan"] is None and not data.get("keep_unfused_reason"):
         # Not even the unfused plan completed: there is no result, and the run says why.
+        from sktune.report.export import no_result
+
         err_console.print(f"[bold red]error:[/] {escape(no_result(data))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
@@ -136,18 +138,6 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def no_result(data: dict[str, Any]) -> str:
-    """Why a run named no plan, from its summary: its failures, and what to change."""
-    from sktune.report.export import failed_most_often
-
-    text = (f"no bitwise-exact plan, not even the unfused one: {data['n_complete']} of {data['n_trials']} trials "
-            f"completed, {data['n_failed']} failed{failed_most_often(data)}")
-    reasons = data.get("failure_reasons") or []
-    if reasons and reasons[0][0].startswith("hang"):
-        text += "; a hang is a trial past --trial-timeout: raise it for a model that is slow to compile"
-    return text
 
 
 def _names(flag: str, value: str | None) -> tuple[str, ...] | None:

@@ -108,10 +108,24 @@ def fusion_fail_reasons(study: optuna.Study) -> pd.DataFrame:
     return grouped.reset_index().sort_values(["lines", "reason"], ascending=[False, True], ignore_index=True)
 
 
+def verdict_kind(summary: dict[str, Any]) -> str:
+    """How the verdict reads at a glance: ``use`` (a measurable, confirmed gain), ``caution``
+    (keep unfused, no measurable gain, or provisional figures) or ``none`` (nothing usable)."""
+    if summary.get("best_trial") is None or not summary.get("verified_bitwise"):
+        return "none"
+    if summary.get("best_fuses_nothing") or not summary.get("significant") or summary.get("provisional"):
+        return "caution"
+    return "use"
+
+
 def verdict(summary: dict[str, Any]) -> str:
     """One line: what to do with this study's result."""
     if summary.get("best_trial") is None:
-        return "No bitwise-exact plan completed: there is nothing to recommend."
+        from sktune.report.export import no_result
+
+        why = no_result(summary)
+        return f"Nothing to recommend: {why}." if summary.get("n_trials") else (
+            "No bitwise-exact plan completed: there is nothing to recommend.")
     if summary.get("best_fuses_nothing"):
         reason = summary.get("keep_unfused_reason") or "no fused plan beat the unfused baseline"
         return (f"Keep the model unfused: {reason} (the best, trial #{summary['best_trial']}, fuses nothing: "

@@ -29,6 +29,17 @@ def failed_most_often(data: dict[str, Any]) -> str:
     return f"; most often: {reasons[0][0]} ({reasons[0][1]}×)" if reasons else ""
 
 
+def no_result(data: dict[str, Any]) -> str:
+    """Why a study names no plan, from its summary: its failures, and what to change (the
+    CLI's error and the report's verdict)."""
+    text = (f"no bitwise-exact plan, not even the unfused one: {data['n_complete']} of {data['n_trials']} trials "
+            f"completed, {data['n_failed']} failed{failed_most_often(data)}")
+    reasons = data.get("failure_reasons") or []
+    if reasons and reasons[0][0].startswith("hang"):
+        text += "; a hang is a trial past --trial-timeout: raise it for a model that is slow to compile"
+    return text
+
+
 def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
     """The study's summary and its best feasible plan, or one clear error."""
     from sktune.tuning.summary import summary

@@ -31,6 +31,7 @@ th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 table.sortable th{cursor:pointer;user-select:none}
 table.sortable th[data-dir=asc]::after{content:" \\25B2"}table.sortable th[data-dir=desc]::after{content:" \\25BC"}
 .verdict{font-size:18px;background:#eef6ee;border-left:5px solid #2ca02c;padding:10px 14px;margin:12px 0}
+.verdict.caution{background:#fdf6e3;border-left-color:#d9a400}.verdict.none{background:#fbeeee;border-left-color:#b00}
 .note{color:#666;font-style:italic}.bad{color:#b00}.ok{color:#070}
 details{border:1px solid #ddd;border-radius:4px;padding:6px 10px;margin:6px 0}summary{cursor:pointer}
 code{background:#f4f4f4;padding:1px 4px;border-radius:3px}
@@ -74,7 +75,7 @@ def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
     source = {"re-measured": f"{remeasured} times were re-measured after the search "
                              "(the search's minimum is biased low)",
               "search": "Times are from the search trials themselves"}.get(summary.get("timing_source", ""), "")
-    return (f'<h2 id="summary">1. Summary</h2><p class="verdict">{esc(data.verdict(summary))}</p>'
+    return (f'<h2 id="summary">1. Summary</h2><p class="verdict {data.verdict_kind(summary)}">{esc(data.verdict(summary))}</p>'
             f"<p>{esc(counts)} {esc(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
             "the same run (&lt; 1 is faster); a gain is real only when its interval excludes 1.</p>"
             f"{comp_html}{_host_time(summary)}{_shapes(summary)}{_verify_shapes(summary)}{_anchors(summary)}"

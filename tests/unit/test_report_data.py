@@ -171,6 +171,20 @@ def test_two_kernels_whose_names_share_a_long_head_get_two_rows() -> None:
     assert figures._axis_labels(["a" * 60, "a" * 60]) == ["a" * 31 + "…" + "a" * 16, "a" * 31 + "…" + "a" * 16 + " (2)"]
 
 
+def test_the_verdict_reads_at_a_glance_and_says_why_nothing_completed() -> None:
+    failed = {"best_trial": None, "n_trials": 3, "n_complete": 0, "n_failed": 3,
+              "failure_reasons": [["hang: no answer within 1 s; worker killed", 3]]}
+    assert data.verdict_kind(failed) == "none"
+    assert data.verdict(failed) == (
+        "Nothing to recommend: no bitwise-exact plan, not even the unfused one: 0 of 3 trials completed, 3 failed; "
+        "most often: hang: no answer within 1 s; worker killed (3×); a hang is a trial past --trial-timeout: raise "
+        "it for a model that is slow to compile.")
+    use = {"best_trial": 2, "verified_bitwise": True, "significant": True, "best_fuses_nothing": False}
+    assert data.verdict_kind(use) == "use"
+    assert data.verdict_kind({**use, "provisional": "no finalists' round has completed"}) == "caution"
+    assert data.verdict_kind({**use, "best_fuses_nothing": True}) == "caution"
+
+
 def test_a_failure_reason_that_begins_with_its_kind_says_it_once() -> None:
     from sktune.report.html import _failure
 
