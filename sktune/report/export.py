@@ -49,10 +49,13 @@ def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
         raise ExportError(f"study {study.study_name!r}: keep the model as it is, unfused "
                           f"({data['keep_unfused_reason']}); its unfused trial did not complete: no plan to export")
     if data["best_plan"] is None:
+        running = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+        now = f", {running} running now (a worker is tuning it, or was stopped: its next run fails those)" \
+            if running else ""
         raise ExportError(
             f"study {study.study_name!r} has no bitwise-exact completed trial "
             f"({data['n_complete']} complete, {data['n_infeasible']} not bitwise, {data['n_failed']} failed"
-            f"{failed_most_often(data)}); run more trials (same --study and --storage resumes it)"
+            f"{now}{failed_most_often(data)}); run more trials (same --study and --storage resumes it)"
         )
     return data, Plan.from_json(data["best_plan"])
 

@@ -172,7 +172,7 @@ def _backend(study: optuna.Study) -> type[Backend]:
     return backend_class(name) if name in REGISTRY else Backend
 
 
-def _time(study: optuna.Study, figs: _Figures, emulated: bool) -> str:
+def _time(study: optuna.Study, figs: _Figures, emulated: bool, fuses_nothing: bool = False) -> str:
     head = '<h2 id="time">3. Where time goes</h2>'
     breakdown, kernels = data.time_breakdown(study), data.top_kernels(study)
     if breakdown.empty:
@@ -200,6 +200,9 @@ def _time(study: optuna.Study, figs: _Figures, emulated: bool) -> str:
                  f"{row.unrecorded_us:,.1f} µs per step are shown as not recorded; its busy time "
                  f"({row.busy_us:,.1f} µs) is a lower bound and its gap ({row.gap_us:,.1f} µs) holds no "
                  "unrecorded kernel.</p>")
+    if fuses_nothing:
+        text += ('<p class="note">The best exact plan fuses nothing: it is the unfused program profiled a second '
+                 "time, so any difference between its bars and the baseline's is the profiler's noise.</p>")
     out = head + text + figs.html(figures.busy_gap_figure(breakdown, source, axis))
     if not kernels.empty:
         out += figs.html(figures.kernels_figure(kernels))
@@ -283,7 +286,9 @@ def render(study: optuna.Study) -> str:
 
     summary = make_summary(study)
     figs = _Figures()
-    sections = [_summary(study, summary), _fusion(study, figs), _time(study, figs, bool(summary.get("emulated"))), _search(study, figs),
+    sections = [_summary(study, summary), _fusion(study, figs),
+                _time(study, figs, bool(summary.get("emulated")), bool(summary.get("best_fuses_nothing"))),
+                _search(study, figs),
                 _trials(study, bool(summary.get("emulated"))), _failures(study)]
     title = f"sktune report: {study.study_name}"
     nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in (

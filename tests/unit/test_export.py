@@ -241,6 +241,9 @@ def test_no_feasible_trial_is_an_export_error(straight, tmp_path: Path) -> None:
     for export in (export_json, export_python, export_patch):
         with pytest.raises(ExportError, match="no bitwise-exact completed trial"):
             export(study)
+    study.ask()  # a worker tuning it now
+    with pytest.raises(ExportError, match="0 failed, 1 running now"):
+        export_json(study)
 
 
 # -- the real study ------------------------------------------------------------------------
