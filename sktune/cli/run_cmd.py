@@ -67,7 +67,6 @@ def run_command(
         from sktune.load import check_model_path, check_syntax
         from sktune.tuning.loop import tune
         from sktune.tuning.settings import TuneSettings
-        from sktune.tuning.storage import study_exists
         from sktune.tuning.summary import summary
 
         if debug:
@@ -92,10 +91,9 @@ def run_command(
                 data = summary(result)
                 progress.finish(data)
         except KeyboardInterrupt as stop:
-            saved = (f"completed trials are saved in study {settings.study!r}; run the same command again to resume"
-                     if study_exists(settings.study, settings.storage) else
-                     # A study not yet prepared is deleted (creator.dropped_unless_prepared).
-                     "stopped before the study was prepared, so nothing was saved")
+            from sktune.tuning.creator import stop_note
+
+            saved = stop_note(settings.study, settings.storage)  # saved, deleted, or handed to another worker
             terminated = isinstance(stop, Terminated)
             err_console.print(f"{'terminated' if terminated else 'interrupted'}: {saved}", soft_wrap=True)
             raise typer.Exit(143 if terminated else 130) from None

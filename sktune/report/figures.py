@@ -145,7 +145,8 @@ def kernels_figure(kernels: pd.DataFrame) -> go.Figure:
 # ---------------------------------------------------------------- 4. history, importances, parallel coordinates
 
 def history_figure(hist: pd.DataFrame) -> go.Figure:
-    """Each trial's time ratio by status, the best exact ratio so far, and the unfused line."""
+    """Each trial's time ratio by status, the best exact ratio so far, and the unfused line.
+    Trials without a ratio (failed, skipped) sit in a row above the highest ratio."""
     fig = go.Figure()
     ratios = hist["ratio"].dropna()
     top = float(ratios.max()) * 1.05 if len(ratios) else 1.1
@@ -164,7 +165,8 @@ def history_figure(hist: pd.DataFrame) -> go.Figure:
                              name="best exact so far", line={"color": "#2ca02c", "width": 2}))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#555", annotation_text="unfused (ratio 1)")
     return _layout(fig, "Optimisation history: candidate / baseline time per trial (< 1 is faster)", 380,
-                   xaxis={"title": "trial"}, yaxis={"title": "time ratio"}, legend={"orientation": "h", "y": -0.25})
+                   xaxis={"title": "trial", "tickformat": "d"},  # trial numbers: never 0.5
+                   yaxis={"title": "time ratio"}, legend={"orientation": "h", "y": -0.25})
 
 
 def importance_figure(imp: pd.DataFrame, top: int = 15) -> go.Figure:

@@ -216,7 +216,9 @@ def _search(study: optuna.Study, figs: _Figures) -> str:
         return out + '<p class="note">No finished trial.</p>'
     out += figs.html(figures.history_figure(hist))
     imp, note = trials_data.importances(study)
-    out += figs.html(figures.importance_figure(imp)) if note is None else f'<p class="note">Importances: {esc(note)}.</p>'
+    shown = f" (the top {min(len(imp), 15)} of {len(imp)})" if len(imp) > 15 else ""
+    out += (f"<p>Parameter importances{esc(shown)}.</p>" + figs.html(figures.importance_figure(imp))
+            if note is None else f'<p class="note">Importances: {esc(note)}.</p>')
     frame, params = trials_data.parallel(study)
     if frame.empty or not params:
         return out + '<p class="note">Parallel coordinates: no complete trials with varying parameters.</p>'
@@ -226,17 +228,22 @@ def _search(study: optuna.Study, figs: _Figures) -> str:
 
 def _trials(study: optuna.Study, emulated: bool = False) -> str:
     frame = trials_data.trials_table(study)
+    def us(seconds: Any) -> Any:
+        return None if seconds is None or pd.isna(seconds) else seconds * 1e6
+
     rows = []
     for r in frame.itertuples():
         bit = "ok" if r.bitwise.startswith("yes") else "bad" if r.bitwise.startswith("no") else ""
-        rows.append([cell(r.number), cell(r.state), cell(r.anchor),
-                     cell(None if r.step_s is None or pd.isna(r.step_s) else r.step_s * 1e6,
-                           num(None if r.step_s is None or pd.isna(r.step_s) else r.step_s * 1e6, ".1f")),
+        step, base = us(r.step_s), us(r.baseline_s)
+        rows.append([cell(r.number), cell(r.state), cell(r.anchor), cell(step, num(step, ".1f")),
+                     cell(base, num(base, ".1f")),
                      cell(r.ratio, num(r.ratio, ".3f")), cell(r.ratio_lo, interval(r.ratio_lo, r.ratio_hi)),
                      cell(r.bitwise, f'<span class="{bit}">{esc(r.bitwise)}</span>'), cell(r.reason)])
-    return ('<h2 id="trials">5. Trials</h2><p>Click a column header to sort.</p>'
-            + table(["#", "state", "anchor", "step µs (emulated)" if emulated else "step µs", "time ratio", "ratio 95 % interval", "bitwise",
-                      "failure / mismatch"], rows, sortable=True))
+    unit = " (emulated)" if emulated else ""
+    return ('<h2 id="trials">5. Trials</h2><p>Click a column header to sort. Each trial is timed against the '
+            "unfused baseline beside it, so trials rank by their time ratio, not by their step time.</p>"
+            + table(["#", "state", "anchor", f"step µs{unit}", f"its unfused µs{unit}", "time ratio",
+                     "ratio 95 % interval", "bitwise", "failure / mismatch"], rows, sortable=True))
 
 
 def _failure(item: dict[str, Any], ops: list[dict[str, Any]]) -> str:

@@ -86,6 +86,9 @@ def importances(study: optuna.Study, min_trials: int = 4) -> tuple[pd.DataFrame,
     except (ValueError, RuntimeError) as exc:
         return empty, f"importances could not be computed: {exc}"
     frame = pd.DataFrame({"param": list(found), "importance": list(found.values())})
+    if frame["importance"].nunique() <= 1:  # PED-ANOVA found nothing to tell the parameters apart
+        return empty, (f"all {len(frame)} varying parameters weigh the same over {len(trials)} complete "
+                       "bitwise-exact trials: too few for the best of them to concentrate anywhere; run more trials")
     return frame, None
 
 

@@ -240,7 +240,9 @@ def dropped_unless_prepared(study: optuna.Study, created: bool, storage: str) ->
     try:
         yield
     except KeyboardInterrupt:  # Ctrl-C, and SIGTERM (cli/run_cmd.py's Terminated)
-        if created:
+        # Its creator (this run, or one it took over from), or a waiter left with no creator (a
+        # stop that reached every worker of a process group): hand over, else leave nothing.
+        if created or _creator_is_this_run_or_none(study):
             _hand_over_or_delete(study, storage)
         raise
     except BaseException:
@@ -251,8 +253,11 @@ def dropped_unless_prepared(study: optuna.Study, created: bool, storage: str) ->
 
 def _hand_over_or_delete(study: optuna.Study, storage: str) -> None:
     try:
-        waiter = study.user_attrs.get(StudyAttr.WAITER)
-        if waiter and may_be_alive(waiter) and StudyAttr.SPACE not in study.user_attrs:
+        attrs = study.user_attrs
+        if StudyAttr.SPACE in attrs:
+            return
+        waiter = attrs.get(StudyAttr.WAITER)
+        if waiter and may_be_alive(waiter) and not _this_run(waiter):
             study.set_user_attr(StudyAttr.CREATOR, {})  # gone: a waiter takes over (``_awaited``)
             log.info("stopped before preparing the study: left to the worker waiting for it (pid %s on %s)",
                      waiter.get("pid"), waiter.get("host"))
@@ -261,6 +266,37 @@ def _hand_over_or_delete(study: optuna.Study, storage: str) -> None:
         log.warning("could not hand the study over: %s", mask_url(str(exc)))
         return
     _delete_if_empty(study, storage)
+
+
+def stop_note(name: str, storage: str) -> str:
+    """What a stopped run left, for its last line: its study's trials saved; nothing, the study
+    not yet prepared and deleted; or the study handed to a worker that loaded it."""
+    saved = f"completed trials are saved in study {name!r}; run the same command again to resume"
+    try:
+        attrs = optuna.load_study(study_name=name, storage=make_storage(storage)).user_attrs
+    except KeyError:  # no such study: it was deleted (``dropped_unless_prepared``)
+        return "stopped before the study was prepared, so nothing was saved"
+    except Exception:  # e.g. the database went down: do not claim the work is lost
+        return saved
+    if StudyAttr.SPACE not in attrs:
+        return ("stopped before the study was prepared; another worker that loaded it prepares it now "
+                "(this run saved nothing)")
+    return saved
+
+
+def _this_run(tag: dict[str, Any]) -> bool:
+    here = worker_tag()
+    return tag.get("host") == here["host"] and tag.get("pid") == here["pid"]
+
+
+def _creator_is_this_run_or_none(study: optuna.Study) -> bool:
+    """An unprepared study that this run took over, or whose creator handed it to no one yet."""
+    try:
+        attrs = study.user_attrs
+    except KeyError:  # deleted already
+        return False
+    creator = attrs.get(StudyAttr.CREATOR)
+    return StudyAttr.SPACE not in attrs and (creator == {} or (bool(creator) and _this_run(creator)))
 
 
 def _delete_if_empty(study: optuna.Study, storage: str) -> None:

@@ -107,7 +107,7 @@ def in_flight(study: optuna.Study, plan: Plan, number: int, now: datetime, limit
     ``storage.fail_orphaned_trials`` fails only this host's)."""
     key = plan.dumps()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if trial.number >= number or skipped(trial):
+        if trial.number >= number or skipped(trial) or is_yardstick(trial):  # a yardstick is never reused
             continue
         started = trial.datetime_start
         if started is None or (now - started).total_seconds() > limit_s:

@@ -38,34 +38,41 @@ GRACE_PERIOD_S = 30  # a RUNNING trial silent this long belongs to a dead proces
 def mask_url(url: str) -> str:
     """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db``; also with no
     user name, and with a raw ``@`` in the password (up to the last ``@`` before the path)."""
-    return re.sub(r"(//[^:/@]*:)[^/]*@", r"\1***@", url)
+    return re.sub(r"(//[^:/@?#]*:)[^?#]*@", r"\1***@", url)
 
 
-def _password_parts(url: str) -> list[str]:
-    """The password of ``url`` and, for a raw ``@`` in it, its pieces: a driver that split the
-    URL at the first ``@`` names the rest as part of the host (``failed to resolve host 'cret@db'``)."""
-    found = re.search(r"//[^:/@]*:([^/]*)@", url)
-    if not found:
-        return []
-    secret = found.group(1)
-    return sorted({p for p in (secret, *secret.split("@")) if p}, key=len, reverse=True)
+def _host_leak(url: str) -> str | None:
+    """For a raw ``@`` in ``url``'s password, the part after it: a driver that split the URL at
+    the first ``@`` names that part as the host (``failed to resolve host 'cret@db'``)."""
+    found = re.search(r"//[^:/@?#]*:([^?#]*)@", url)
+    secret = found.group(1) if found else ""
+    return secret.split("@", 1)[1] if "@" in secret else None
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of ``exc``'s chain (its causes, else its contexts)."""
+    root, seen = exc, {id(exc)}
+    while True:
+        nxt = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
+        if nxt is None or id(nxt) in seen:
+            return root
+        root, seen = nxt, seen | {id(nxt)}
 
 
 def storage_error(exc: BaseException, url: str = "") -> str:
-    """One line for a storage failure, credentials masked (``url``'s password anywhere in the
-    text too): the error and, where Optuna or SQLAlchemy wraps it, the cause underneath
-    ("attempt to write a readonly database" under Optuna's generic "exception during the commit")."""
-    root, seen = exc, {id(exc)}
-    while (nxt := root.__cause__ or (None if root.__suppress_context__ else root.__context__)) is not None \
-            and id(nxt) not in seen:
-        root, seen = nxt, seen | {id(nxt)}
+    """One line for a storage failure, credentials masked (also what a driver leaks of
+    ``url``'s password as a host name): the error and, where Optuna or SQLAlchemy wraps it, the
+    cause underneath ("attempt to write a readonly database" under Optuna's generic "exception
+    during the commit")."""
+    root = _root_cause(exc)
     text = f"{type(exc).__name__}: {exc}".splitlines()[0].strip()
     cause = str(root).strip().splitlines()[0] if root is not exc and str(root).strip() else ""
     if cause and cause not in text:
         text += f" (cause: {type(root).__name__}: {cause})"
     text = mask_url(text)
-    for part in _password_parts(url):
-        text = text.replace(part, "***")
+    if leak := _host_leak(url):
+        for quote in "'\"":
+            text = text.replace(f"{quote}{leak}@", f"{quote}***@")
     return text
 
 
@@ -153,14 +160,6 @@ def other_local_workers(study: optuna.Study) -> list[int]:
         if tag.get("host") == host and tag.get("pid") != me and _alive(int(tag.get("pid", 0))):
             pids.add(int(tag["pid"]))
     return sorted(pids)
-
-
-def study_exists(name: str, storage: str) -> bool:
-    """Whether ``storage`` holds a study named ``name``; True where it cannot be told."""
-    try:
-        return name in optuna.get_all_study_names(make_storage(storage))
-    except Exception:  # e.g. the database went down: do not claim the work is lost
-        return True
 
 
 def sqlite_file(url: str) -> str | None:

@@ -239,13 +239,20 @@ def anchor_comparison(study: optuna.Study, best_ratio: float | None, best_trial:
     best against it; its search ratio against itself is noise), refinement trials (not
     starting points) and the shapes' yardsticks (their panel has them); a starting point
     measured again (a resumed run) counts by its latest trial."""
-    yardsticks = {t.number for t in study.get_trials(deepcopy=False) if is_yardstick(t)}
+    trials = study.get_trials(deepcopy=False)
+    # Copies (a twin queued by two workers took the other's outcome) are no measurement of their own.
+    skip = {t.number for t in trials if is_yardstick(t) or reused(t)}
     remeasured = _remeasured_ratios(study)
+    recs = records(study)
+    best_plan = next((r.plan for r in recs if r.number == best_trial), None)
     latest: dict[str, dict[str, Any]] = {}
-    for r in records(study):
-        if (r.anchor is None or r.state != "COMPLETE" or not r.ratio or r.number in yardsticks
-                or r.number == best_trial or r.anchor == UNFUSED or r.anchor.startswith(REFINED)):
+    for r in recs:
+        if (r.anchor is None or r.state != "COMPLETE" or not r.ratio or r.number in skip
+                or r.number == best_trial or (best_plan is not None and r.plan == best_plan)
+                or r.anchor == UNFUSED or r.anchor.startswith(REFINED)):
             continue
+        if latest.get(r.anchor, {}).get("timing_source") == "re-measured" and r.number not in remeasured:
+            continue  # a later search trial of it does not replace the finalists' round figure
         ratio = remeasured.get(r.number, r.ratio)
         latest[r.anchor] = {"anchor": r.anchor, "trial": r.number, "ratio": ratio, "bitwise": r.feasible,
                             "timing_source": "re-measured" if r.number in remeasured else "search",

@@ -125,6 +125,15 @@ def test_importances_name_the_parameter_that_decides_the_ratio() -> None:
     assert imp.iloc[0]["param"] == "block:0"
 
 
+def test_importances_that_cannot_tell_the_parameters_apart_are_a_note() -> None:
+    """Six trials gave every one of 15 parameters the same weight: a chart of equal bars."""
+    study = optuna.create_study(direction="minimize")
+    for k in range(4):  # the ratio follows neither parameter
+        study.add_trial(_exact_trial(("fuse", "eager")[k % 2], bool(k // 2), 0.7))
+    imp, note = trials_data.importances(study)
+    assert imp.empty and "weigh the same" in note
+
+
 def test_parallel_coordinates(study: optuna.Study) -> None:
     frame, params = trials_data.parallel(study)
     assert len(frame) == sum(1 for t in finished(study) if t.state == optuna.trial.TrialState.COMPLETE)

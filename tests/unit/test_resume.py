@@ -471,6 +471,7 @@ def test_a_study_whose_creator_failed_before_preparing_it_is_deleted_and_its_wai
     # Kept: a study this run only loaded, and one that was prepared before the failure.
     kept, created = open_study("k", url, 0)
     loaded, again = open_study("k", url, 1)
+    loaded.set_user_attr(StudyAttr.CREATOR, {"host": "another-host", "pid": 1, "at": 0.0})  # alive, elsewhere
     with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(loaded, again, url):
         raise KeyboardInterrupt
     with pytest.raises(SktuneError), dropped_unless_prepared(kept, created, url):
@@ -489,15 +490,25 @@ def test_a_creator_stopped_before_preparing_hands_the_study_to_its_waiter_or_lea
     monkeypatch.setattr(creator, "pause", lambda seconds: None)
     url = f"journal:{tmp_path}/s.log"
     study, created = open_study("s", url, 0)
-    waiter, _ = open_study("s", url, 1)  # loaded before the study was prepared: it will wait
+    waiter, again = open_study("s", url, 1)  # loaded before the study was prepared: it will wait
+    assert waiter.user_attrs[StudyAttr.WAITER]["pid"] == os.getpid()
+    elsewhere = {"host": "another-host", "pid": 1, "at": 0.0}  # a live worker (another host's cannot be looked at)
+    waiter.set_user_attr(StudyAttr.WAITER, elsewhere)
     with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(study, created, url):
         raise KeyboardInterrupt
     assert optuna.get_all_study_names(make_storage(url)) == ["s"]
-    assert not wait_for_creator(waiter) and creator.take_over(waiter)  # at once, not after a silence
+    assert "another worker that loaded it prepares it now" in creator.stop_note("s", url)
+    assert not wait_for_creator(waiter)  # at once, not after a silence
+    # A stop that reached both (one process group): the waiter, last to go, leaves nothing behind.
+    waiter.set_user_attr(StudyAttr.WAITER, {**elsewhere, "host": socket.gethostname(), "pid": os.getpid()})
+    with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(waiter, again, url):
+        raise KeyboardInterrupt
+    assert optuna.get_all_study_names(make_storage(url)) == []
+    assert creator.stop_note("s", url) == "stopped before the study was prepared, so nothing was saved"
     lone, created = open_study("lone", url, 0)
     with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(lone, created, url):
         raise KeyboardInterrupt
-    assert optuna.get_all_study_names(make_storage(url)) == ["s"]
+    assert optuna.get_all_study_names(make_storage(url)) == []
 
 
 def test_a_starting_point_with_overrides_is_done_only_by_a_trial_of_that_plan() -> None:

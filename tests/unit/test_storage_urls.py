@@ -18,11 +18,23 @@ from sktune.tuning.storage import journal_path, load_existing_study, mask_url, s
     ("postgresql://user:secret@host/db", "postgresql://user:***@host/db"),
     ("postgresql://:secret@host:1/db", "postgresql://:***@host:1/db"),  # no user name
     ("postgresql://user:se@cret@host/db", "postgresql://user:***@host/db"),  # a raw @ in the password
+    ("postgresql://user:pa/ss@host/db", "postgresql://user:***@host/db"),  # SQLAlchemy takes a / there
     ("postgresql://user@host/db", "postgresql://user@host/db"),
+    ("postgresql://u:p@host/db?sslmode=require", "postgresql://u:***@host/db?sslmode=require"),
     ("sqlite:///s.db", "sqlite:///s.db"),
 ])
 def test_a_password_is_masked_in_every_form(url: str, masked: str) -> None:
     assert mask_url(url) == masked
+
+
+def test_a_storage_error_stays_readable_and_hides_what_a_driver_leaks() -> None:
+    from sktune.tuning.storage import storage_error
+
+    err = OSError('password authentication failed for user "postgres"')
+    assert storage_error(err, "postgresql://postgres:postgres@h/db") == (
+        'OSError: password authentication failed for user "postgres"')  # the user name is no secret
+    leak = OSError("failed to resolve host 'cret@127.0.0.1': Name or service not known")
+    assert "cret" not in storage_error(leak, "postgresql://me:se@cret@127.0.0.1/db")
 
 
 @pytest.mark.parametrize(("url", "file"), [

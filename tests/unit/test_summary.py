@@ -201,6 +201,17 @@ def test_best_vs_the_starting_points_uses_the_finalists_round(capsys: pytest.Cap
     _print_summary(out)
     printed = " ".join(capsys.readouterr().out.split())
     assert "fuse-all 1.03×" in printed and "safe-runs 1.08×" in printed
+    # A copy (a twin two workers queued took fuse-all's outcome) does not replace the round's figure,
+    # and a starting point whose plan is the best's is the best itself (a warm plan measured again).
+    dist = {"block:0": optuna.distributions.CategoricalDistribution(["eager", "fuse", "half", "cut"])}
+    for anchor, choice, scopes, ratio in (("fuse-all", "fuse", [("sk0", 0, 3)], 0.94),
+                                          ("warm:x#0", "cut", [("sk0", 1, 3)], 0.761)):
+        study.add_trial(optuna.trial.create_trial(
+            value=ratio, params={"block:0": choice}, distributions=dist, constraints={"bitwise": 0.0},
+            user_attrs={"plan": _plan(scopes), "timing": _timing(ratio), "mismatches": [], "anchor": anchor,
+                        **({"reused_from": 1} if anchor == "fuse-all" else {})}))  # the warm plan: measured
+    again = {a["anchor"]: a for a in summary(study)["anchors"]}
+    assert set(again) == {"fuse-all", "safe-runs"} and again["fuse-all"] == anchors["fuse-all"]
 
 
 def test_a_best_named_by_its_search_trial_is_provisional_and_says_why(capsys: pytest.CaptureFixture) -> None:
