@@ -41,7 +41,8 @@ def thread_locked_progress_bars() -> None:
 
 
 # How the dynamic loader names a shared library cut short (its writer stopped midway).
-_CUT_LIBRARY = re.compile(r"(/\S+?\.so): (?:file too short|invalid ELF header|ELF load command[^\n]*beyond end of file)")
+_CUT_LIBRARY = re.compile(r"(/[^\n:]+?\.so): (?:file too short|invalid ELF header|ELF load command[^\n]*beyond end "
+                          r"of file)")  # a path may hold spaces ("My Project"), never a colon before ".so: "
 
 
 def cut_short_library(exc: BaseException, cache_dir: str | None) -> Path | None:

@@ -94,7 +94,8 @@ def _short_rows(path: Path, fields: int, rows: int) -> pd.Series:
     missing fields with "" here, so the records are counted again; where they cannot be paired
     with pandas' rows one to one, none is taken for cut."""
     with path.open(encoding="utf-8-sig", newline="") as f:
-        lengths = [len(record) for record in csv.reader(f) if record][1:]
+        # pandas skips blank and whitespace-only lines: so do the counts, or no row pairs up.
+        lengths = [len(record) for record in csv.reader(f) if any(field.strip() for field in record)][1:]
     short = [n < fields for n in lengths] if len(lengths) == rows else [False] * rows
     return pd.Series(short, dtype=bool)
 

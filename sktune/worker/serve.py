@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import traceback
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from sktune.child_process import cut_short_library, die_with_parent, thread_locked_progress_bars
@@ -63,13 +64,20 @@ def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, paren
             }[command]
             conn.send(("ok", handler(payload)))
         except Exception as exc:
-            if (cut := cut_short_library(exc, cache_dir)) is not None:  # not the plan's failure: measured again
-                cut.unlink(missing_ok=True)
+            if (cut := cut_short_library(exc, cache_dir)) is not None and _removed(cut):  # measured again
                 conn.send(("interrupted", f"the compiled library {cut.name} in the study's compile cache was cut "
                                           "short (a stopped run's compiler was writing it): removed, so the plan "
                                           "compiles afresh", traceback.format_exc()))
                 continue
             conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+
+
+def _removed(path: Path) -> bool:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:  # not ours to remove after all: the error as it is
+        return False
+    return True
 
 
 def _maybe_inject_fault() -> bool:

@@ -82,8 +82,10 @@ def _sort_by_ratio(page: Any) -> dict[str, Any]:
     # The trials table (the summary's starting-point table is sortable too, and comes first).
     trials = "h2#trials ~ table.sortable"
     page.click(f"{trials} th:has-text('time ratio')")
-    column = page.eval_on_selector_all(
-        f"{trials} tbody tr", "rows => rows.map(r => r.cells[4].getAttribute('data-v'))")
+    column = page.eval_on_selector(trials, """table => {
+        const at = [...table.tHead.rows[0].cells].findIndex(c => c.textContent.startsWith('time ratio'));
+        return [...table.tBodies[0].rows].map(r => r.cells[at].getAttribute('data-v'));
+    }""")  # the column found by its header: columns come and go
     return {"sorted": column}
 
 

@@ -155,7 +155,9 @@ def test_a_file_cut_short_leaves_its_cut_row_out_and_says_so(tmp_path: Path) -> 
     whole = summarize(ProfileFiles(kernel_details=REAL))
     text = REAL.read_text(encoding="utf-8")
     cut = tmp_path / "kernel_details.csv"
-    cut.write_text(text[:text.rstrip("\n").rfind("\n") + 60], encoding="utf-8")  # 60 characters of the last row
+    head, rest = text.split("\n", 1)
+    body = f"{head}\n   \n{rest}"  # a whitespace-only line too, which pandas skips
+    cut.write_text(body[:body.rstrip("\n").rfind("\n") + 60], encoding="utf-8")  # 60 characters of the last row
     summary = summarize(ProfileFiles(kernel_details=cut))
     assert summary.cut_rows == 1 and whole.cut_rows == 0
     assert summary.steps[-1].kernels == whole.steps[-1].kernels - 1 and summary.untimed_rows == whole.untimed_rows
