@@ -277,7 +277,7 @@ class NpuBackend(Backend):
         median = sorted(s["span_us"] for s in steps)[len(steps) // 2] if steps else 0.0
         busy = sorted(s["busy_us"] for s in steps)[len(steps) // 2] if steps else 0.0
         return {"step_us": median, "busy_us": busy, "gap_us": median - busy, "steps": len(steps),
-                "top_kernels": kernels_per_step(find_profile_files(summary["profile_dir"])),
+                "top_kernels": kernels_per_step(find_profile_files(summary["profile_dir"])), "kernels_per_step": True,
                 "superkernels": summary["superkernels"]}
 
     def time_batches(self, baseline: Callable[[], object], candidate: Callable[[], object], *,

@@ -144,7 +144,7 @@ def kernels_per_step(files: ProfileFiles, top: int = 15) -> list[dict[str, Any]]
     grid = (df.groupby(["name", "type", "step"])["duration_us"].agg(["sum", "size"])
             .unstack("step", fill_value=0).reindex(columns=steps, level=1, fill_value=0))
     out = [{"name": str(name), "type": str(kind), "total_us": round(float(row["sum"].median()), 3),
-            "count": int(row["size"].median())} for (name, kind), row in grid.iterrows()]
+            "count": round(float(row["size"].median()))} for (name, kind), row in grid.iterrows()]
     return sorted(out, key=lambda k: (-k["total_us"], k["name"]))[:top]
 
 

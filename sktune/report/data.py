@@ -233,6 +233,11 @@ def top_kernels(study: optuna.Study, top: int = 10) -> pd.DataFrame:
     """Per-step time of the most expensive kernels, baseline and best side by side (long form)."""
     rows = []
     for key, label in ((StudyAttr.PROFILE_BASELINE, "unfused baseline"), (StudyAttr.PROFILE_BEST, "best exact plan")):
-        for k in ((study.user_attrs.get(key) or {}).get("top_kernels") or [])[:top]:
-            rows.append({"which": label, "name": k["name"], "total_us": k["total_us"], "count": k.get("count")})
+        profile = study.user_attrs.get(key) or {}
+        # An npu study from before kernels_per_step stored totals over its profiled steps.
+        steps = max(int(profile.get("steps") or 1), 1) if "superkernels" in profile and not profile.get(
+            "kernels_per_step") else 1
+        for k in (profile.get("top_kernels") or [])[:top]:
+            rows.append({"which": label, "name": k["name"], "total_us": k["total_us"] / steps,
+                         "count": None if k.get("count") is None else k["count"] / steps})
     return pd.DataFrame(rows, columns=["which", "name", "total_us", "count"])

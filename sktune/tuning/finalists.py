@@ -54,8 +54,11 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
         result = worker.confirm(request, timeout * len(plans))
         if isinstance(result, WorkerFailure):
             log.warning("re-measuring the finalists failed: %s", result.reason)
+            study.set_user_attr(StudyAttr.FINALISTS_FAILED, result.reason)  # the summary says why it is provisional
             return
         rounds[name] = result.timings
+    if study.user_attrs.get(StudyAttr.FINALISTS_FAILED):
+        study.set_user_attr(StudyAttr.FINALISTS_FAILED, None)
     entry = {r.number: _remeasured(study, r.number, plans.index(r.plan), rounds, shapes)  # type: ignore[arg-type]
              for r in measured}
     remeasured = [entry[r.number] for r in finalists]

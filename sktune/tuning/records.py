@@ -83,6 +83,7 @@ class StudyAttr:
     STOPPED_EARLY = "stopped_early"
     STOPPED_AT_TIMEOUT = "stopped_at_timeout"  # the last run's search ended at --timeout ({timeout_s, after_trial}); else None
     FINALISTS = "finalists"
+    FINALISTS_FAILED = "finalists_failed"  # why the last finalists' round gave no timings (None once one did)
     CONFIRM_BEST = "confirm_best"
     CONFIRM_FUSE_ALL = "confirm_fuse_all"
     CONFIRM_UNFUSED = "confirm_unfused"  # the unfused plan timed as a finalist: the round's noise floor

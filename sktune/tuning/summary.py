@@ -37,6 +37,9 @@ def _provisional(study: optuna.Study, best: int, source: str) -> str | None:
     a resumed run's). None where the round named it."""
     if source != "search":
         return None
+    if failed := study.user_attrs.get(StudyAttr.FINALISTS_FAILED):
+        return (f"the finalists' round failed ({failed}): the figures are the search trial's, biased low; "
+                "run the same command again to re-measure")
     if not study.user_attrs.get(StudyAttr.FINALISTS):
         return ("no finalists' round has completed (a run stopped before its end, or one is still running): the "
                 "figures are the search trial's, biased low; run the same command again to finish the study")

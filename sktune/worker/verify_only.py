@@ -45,25 +45,30 @@ class VerifyOnly:
         started = time.perf_counter()
         references_before = self._backend.startup_static_compile()
         at, inputs = self._prepare(name)
-        if isinstance(at, str):
-            return VerifyResult(name, 0, at, inputs, time.perf_counter() - started)
+        if isinstance(at, str):  # references may have compiled before the shape proved unverifiable
+            return VerifyResult(name, 0, at, inputs, time.perf_counter() - started,
+                                self._emulated_static(references_before, with_plan=False))
         candidate = self._backend.compile(at.graph, plan)
         mismatches = sum(len(compare_outputs(ref, flatten_outputs(candidate(*args))))
                          for ref, args in zip(at.references, at.args))
         return VerifyResult(name, mismatches, None, inputs, time.perf_counter() - started,
                             self._emulated_static(references_before))
 
-    def _emulated_static(self, references_before: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _emulated_static(self, references_before: dict[str, Any] | None,
+                         with_plan: bool = True) -> dict[str, Any] | None:
         """The emulated static compiles this verification stands for: the shape's references the
-        first time, and the plan's. A host's wall time holds them; the emulator's does not, so
-        the study's estimated host time adds them (``host_time``). None where not emulated."""
-        candidate = self._backend.static_compile_seconds()
-        if not (candidate and candidate.get("emulated")):
-            return None
+        first time, and the plan's (``with_plan``). A host's wall time holds them; the emulator's
+        does not, so the study's estimated host time adds them (``host_time``). None where
+        nothing emulated was compiled."""
         after = self._backend.startup_static_compile() or {}
         before = references_before or {}
-        return {key: float(candidate[key]) + float(after.get(key, 0.0)) - float(before.get(key, 0.0))
-                for key in ("seconds", "uncached_s")} | {"emulated": True}
+        total = {key: float(after.get(key, 0.0)) - float(before.get(key, 0.0)) for key in ("seconds", "uncached_s")}
+        candidate = self._backend.static_compile_seconds() if with_plan else None
+        if candidate and candidate.get("emulated"):
+            total = {key: total[key] + float(candidate[key]) for key in total}
+        elif not after.get("emulated") or after == before:
+            return None
+        return total | {"emulated": True}
 
     def _prepare(self, name: str) -> tuple[ShapeSet | str, list[list[object]] | None]:
         if name not in self._prepared:

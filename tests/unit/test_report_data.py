@@ -86,6 +86,17 @@ def test_time_breakdown_and_kernels(study: optuna.Study) -> None:
     assert set(kernels["which"]) == {"unfused baseline", "best exact plan"} and (kernels["total_us"] > 0).all()
 
 
+def test_an_older_npu_study_s_kernel_totals_read_per_step() -> None:
+    """Before ``kernels_per_step`` an npu profile kept totals over its five profiled steps."""
+    study = optuna.create_study()
+    kernels = [{"name": "sk_0_x", "type": "SuperKernel", "total_us": 50.0, "count": 5}]
+    study.set_user_attr("profile_baseline", {"step_us": 12.0, "steps": 5, "superkernels": [], "top_kernels": kernels})
+    study.set_user_attr("profile_best", {"step_us": 12.0, "steps": 5, "superkernels": [], "top_kernels": kernels,
+                                         "kernels_per_step": True})
+    frame = data.top_kernels(study)
+    assert frame["total_us"].tolist() == [10.0, 50.0] and frame["count"].tolist() == [1.0, 5.0]
+
+
 def test_trials_table_and_failures(study: optuna.Study) -> None:
     table = trials_data.trials_table(study)
     assert len(table) == len(finished(study))

@@ -223,6 +223,8 @@ def test_a_best_named_by_its_search_trial_is_provisional_and_says_why(capsys: py
     assert data.verdict(out).startswith("Provisional: no finalists' round has completed")
     _print_summary(out)
     assert "provisional: no finalists' round" in " ".join(capsys.readouterr().out.split())
+    study.set_user_attr("finalists_failed", "hang: no answer within 300 s; worker killed")
+    assert summary(study)["provisional"].startswith("the finalists' round failed (hang: no answer")
 
     study = hand_made_study([("unfused", [(None, 0, 3)], 1.0, True), (None, [("sk0", 1, 3)], 0.8, True),
                              (None, [("sk0", 0, 3)], 0.7, True)])
