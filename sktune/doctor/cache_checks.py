@@ -53,7 +53,8 @@ def _built_before(session: DoctorSession, first: Compile) -> str | None:
     rule = session.backend.static_cache
     if first.seconds > 0 or rule.disk_cache:
         return None
-    return (f"torch-npu {rule.version} keys its in-process static-kernel cache by the op hash alone, so "
+    keyed = "keys" if rule.read else "is taken to key (as 2.10.0.post2, read from its wheel, does)"
+    return (f"torch-npu {rule.version} {keyed} its in-process static-kernel cache by the op hash alone, so "
             f"the first compile ({first.label}) reused the kernels doctor's unfused reference had built "
             "and no compile here could miss. On this release a worker builds each op once, under the "
             "first options it meets, and reuses that kernel under every other option set")

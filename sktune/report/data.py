@@ -114,6 +114,8 @@ def fusion_fail_reasons(study: optuna.Study) -> pd.DataFrame:
 def verdict_kind(summary: dict[str, Any]) -> str:
     """How the verdict reads at a glance: ``use`` (a measurable, confirmed gain), ``caution``
     (keep unfused, no measurable gain, or provisional figures) or ``none`` (nothing usable)."""
+    if summary.get("best_trial") is None and summary.get("keep_unfused_reason"):
+        return "caution"
     if summary.get("best_trial") is None or not summary.get("verified_bitwise"):
         return "none"
     if summary.get("best_fuses_nothing") or not summary.get("significant") or summary.get("provisional"):
@@ -123,6 +125,8 @@ def verdict_kind(summary: dict[str, Any]) -> str:
 
 def verdict(summary: dict[str, Any]) -> str:
     """One line: what to do with this study's result."""
+    if summary.get("best_trial") is None and summary.get("keep_unfused_reason"):
+        return f"Keep the model unfused: {summary['keep_unfused_reason']}."
     if summary.get("best_trial") is None:
         from sktune.report.export import no_result
 

@@ -462,9 +462,9 @@ def profile_runs(npu: Any, fn: Callable[[], Any], out: Path, active: int = 3, le
 
 def test_the_profiler_surface_is_torch_npu_s(npu: Any, tmp_path: Path, capsys: Any,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """torch-npu 2.14.0's signatures and habits (profiler/profiler.py, experimental_config.py,
-    scheduler.py): keyword-only profile(), no unknown keywords, AI Core metrics at Level0 warned
-    about and reset, bad schedule arguments warned about and reset, a default output folder."""
+    """torch-npu 2.14.0's signatures and habits (docs/npu_api.md, "Profiler"): keyword-only
+    profile(), no unknown keywords, AI Core metrics at Level0 warned about and reset, bad
+    schedule arguments warned about and reset, a default output folder."""
     prof = npu.profiler
     with pytest.raises(TypeError):
         prof.profile([prof.ProfilerActivity.CPU])  # keyword-only

@@ -199,6 +199,9 @@ def test_the_verdict_reads_at_a_glance_and_says_why_nothing_completed() -> None:
         "Nothing to recommend: no bitwise-exact plan, not even the unfused one: 0 of 3 trials completed, 3 failed; "
         "most often: hang: no answer within 1 s; worker killed (3×); a hang is a trial past --trial-timeout: raise "
         "it for a model that is slow to compile.")
+    rejected = {"best_trial": None, "keep_unfused_reason": "trial #2 is not bitwise at verify-only shape 'bs4'"}
+    assert data.verdict(rejected) == "Keep the model unfused: trial #2 is not bitwise at verify-only shape 'bs4'."
+    assert data.verdict_kind(rejected) == "caution"
     use = {"best_trial": 2, "verified_bitwise": True, "significant": True, "best_fuses_nothing": False}
     assert data.verdict_kind(use) == "use"
     assert data.verdict_kind({**use, "provisional": "no finalists' round has completed"}) == "caution"

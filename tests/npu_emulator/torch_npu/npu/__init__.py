@@ -50,7 +50,8 @@ def is_bf16_supported(including_emulation: bool = False) -> bool:
 
 def super_kernel_scope_begin(scope_name: str | None = None) -> None:
     """Open a SuperKernel scope (None: never fuse the ops inside). The name is passed as
-    torch-npu 2.14.0 passes it (``npu/graphs.py``): always, so Dynamo records ``(None,)``."""
+    torch-npu 2.14.0 passes it, always, so Dynamo records ``(None,)`` (docs/npu_api.md,
+    "Scope marker ops")."""
     return torch.ops.npu.super_kernel_scope_begin(scope_name)
 
 

@@ -26,7 +26,7 @@ class ProfilerLevel:
     Level2 = "Level2"
 
 
-class AiCMetrics:  # torch-npu 2.14.0's values (profiler/analysis/prof_common_func/_constant.py)
+class AiCMetrics:  # torch-npu 2.14.0's values (docs/npu_api.md, "Profiler")
     PipeUtilization = "ACL_AICORE_PIPE_UTILIZATION"
     ArithmeticUtilization = "ACL_AICORE_ARITHMETIC_UTILIZATION"
     Memory = "ACL_AICORE_MEMORY_BANDWIDTH"
