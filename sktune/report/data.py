@@ -148,7 +148,8 @@ def verdict(summary: dict[str, Any]) -> str:
     inexact = "" if (summary.get("fuse_all") or {}).get("bitwise", True) else " (which is not bitwise-exact)"
     tail = ("" if kept is None else f", faster than fuse-everything{inexact}" if kept > 1
             else f", keeping {100 * kept:.0f} % of fuse-everything's gain{inexact}")
-    use = (f"Use trial #{summary['best_trial']}: {interval} faster than unfused, bitwise-exact on "
+    emulated = " (emulated)" if summary.get("emulated") else ""
+    use = (f"Use trial #{summary['best_trial']}: {interval} faster than unfused{emulated}, bitwise-exact on "
            f"{summary.get('input_sets', '?')} input sets{tail}.")
     return f"Provisional: {summary['provisional']}. {use}" if summary.get("provisional") else use
 
@@ -209,8 +210,10 @@ def fusion_map(study: optuna.Study) -> FusionMap:
     if fusion and fusion.get("unexpected"):
         notes.append("fused without being planned: " + ", ".join(fusion["unexpected"]))
     if automatic:
-        notes.append("no scopes: the backend chose what to fuse (SuperKernels of " + ", ".join(fusion["automatic"])
-                     + "); the lower row assumes it fused every op it could")
+        # "none" is the scope label real profiles give a SuperKernel made without any scope.
+        found = ", ".join("scope label 'none'" if n == "none" else n for n in fusion["automatic"])
+        notes.append(f"no scopes: the backend chose what to fuse (SuperKernels found: {found}); the lower row "
+                     "assumes it fused every op it could")
     return FusionMap(best.number, pd.DataFrame(rows, columns=_OP_COLUMNS), len(groups), bool(fusion), tuple(notes))
 
 

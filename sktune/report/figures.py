@@ -125,7 +125,7 @@ def busy_gap_figure(breakdown: pd.DataFrame, source: str = "torch.profiler",
                    legend={"orientation": "h", "y": -0.35})
 
 
-def kernels_figure(kernels: pd.DataFrame) -> go.Figure:
+def kernels_figure(kernels: pd.DataFrame, emulated: bool = False) -> go.Figure:
     """Top kernels, each its median time per step, baseline and best side by side."""
     fig = go.Figure()
     order = (kernels.groupby("name")["total_us"].max().sort_values(ascending=True)).index.tolist()
@@ -137,8 +137,9 @@ def kernels_figure(kernels: pd.DataFrame) -> go.Figure:
             marker_color=colour,
             hovertext=[f"{escape(n)}<br>{escape(which)}: " + ("—" if pd.isna(v) else f"{v:.1f} µs/step")
                        for n, v in zip(order, part["total_us"])], hoverinfo="text"))
-    return _layout(fig, "Top kernels: median time per step (µs)", 120 + 26 * max(len(order), 3), barmode="group",
-                   xaxis={"title": "µs per step"}, legend={"orientation": "h", "y": -0.15},
+    unit = " (emulated)" if emulated else ""
+    return _layout(fig, f"Top kernels: median time per step (µs){unit}", 120 + 26 * max(len(order), 3),
+                   barmode="group", xaxis={"title": f"µs per step{unit}"}, legend={"orientation": "h", "y": -0.15},
                    margin={"l": 260, "r": 30, "t": 50, "b": 50})
 
 

@@ -205,7 +205,7 @@ def _time(study: optuna.Study, figs: _Figures, emulated: bool, fuses_nothing: bo
                  "time, so any difference between its bars and the baseline's is the profiler's noise.</p>")
     out = head + text + figs.html(figures.busy_gap_figure(breakdown, source, axis))
     if not kernels.empty:
-        out += figs.html(figures.kernels_figure(kernels))
+        out += figs.html(figures.kernels_figure(kernels, emulated))
     return out
 
 

@@ -8,6 +8,7 @@ escape it where it enters the page.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import optuna
@@ -81,8 +82,10 @@ def importances(study: optuna.Study, min_trials: int = 4) -> tuple[pd.DataFrame,
         optuna.logging.set_verbosity(verbosity)
     copy.add_trials(trials)
     try:
-        found = optuna.importance.get_param_importances(
-            copy, params=sorted(varying), evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+        with warnings.catch_warnings():  # "importances will be equal": the note below says so
+            warnings.filterwarnings("ignore", message=".*importances will be equal", category=UserWarning)
+            found = optuna.importance.get_param_importances(
+                copy, params=sorted(varying), evaluator=optuna.importance.PedAnovaImportanceEvaluator())
     except (ValueError, RuntimeError) as exc:
         return empty, f"importances could not be computed: {exc}"
     frame = pd.DataFrame({"param": list(found), "importance": list(found.values())})
