@@ -49,6 +49,11 @@ class _Figures:
                            config={"displaylogo": False, "responsive": True})
 
 
+def _us(seconds: Any) -> float | None:
+    """Seconds as µs for a table cell; None for a missing figure."""
+    return None if seconds is None or pd.isna(seconds) else seconds * 1e6
+
+
 # ---------------------------------------------------------------- sections
 
 def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
@@ -57,7 +62,7 @@ def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
     rows = []
     for r in comp.itertuples():
         cls = {"yes": "ok", "no": "bad"}.get(r.verified, "")
-        base = None if r.baseline_s is None or pd.isna(r.baseline_s) else r.baseline_s * 1e6
+        base = _us(r.baseline_s)
         rows.append([cell(r.plan), cell(None if pd.isna(r.trial) else int(r.trial)),
                      cell(r.time_s * 1e6, num(r.time_s * 1e6, ".1f")), cell(base, num(base, ".1f")),
                      cell(r.ratio, num(r.ratio, ".3f")),
@@ -228,13 +233,10 @@ def _search(study: optuna.Study, figs: _Figures) -> str:
 
 def _trials(study: optuna.Study, emulated: bool = False) -> str:
     frame = trials_data.trials_table(study)
-    def us(seconds: Any) -> Any:
-        return None if seconds is None or pd.isna(seconds) else seconds * 1e6
-
     rows = []
     for r in frame.itertuples():
         bit = "ok" if r.bitwise.startswith("yes") else "bad" if r.bitwise.startswith("no") else ""
-        step, base = us(r.step_s), us(r.baseline_s)
+        step, base = _us(r.step_s), _us(r.baseline_s)
         rows.append([cell(r.number), cell(r.state), cell(r.anchor), cell(step, num(step, ".1f")),
                      cell(base, num(base, ".1f")),
                      cell(r.ratio, num(r.ratio, ".3f")), cell(r.ratio_lo, interval(r.ratio_lo, r.ratio_hi)),

@@ -35,17 +35,22 @@ HEARTBEAT_INTERVAL_S = 10
 GRACE_PERIOD_S = 30  # a RUNNING trial silent this long belongs to a dead process
 
 
+# ``//user:password@``: no user name needed, and the password up to the last ``@`` before a
+# query (a raw ``@`` or ``/`` in it). The one pattern masks it and finds it (``_host_leak``).
+_PASSWORD = re.compile(r"(//[^:/@?#]*:)([^?#]*)@")
+
+
 def mask_url(url: str) -> str:
     """``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db``; also with no
     user name, and with a raw ``@`` in the password (up to the last ``@`` before the path)."""
-    return re.sub(r"(//[^:/@?#]*:)[^?#]*@", r"\1***@", url)
+    return _PASSWORD.sub(r"\1***@", url)
 
 
 def _host_leak(url: str) -> str | None:
     """For a raw ``@`` in ``url``'s password, the part after it: a driver that split the URL at
     the first ``@`` names that part as the host (``failed to resolve host 'cret@db'``)."""
-    found = re.search(r"//[^:/@?#]*:([^?#]*)@", url)
-    secret = found.group(1) if found else ""
+    found = _PASSWORD.search(url)
+    secret = found.group(2) if found else ""
     return secret.split("@", 1)[1] if "@" in secret else None
 
 
