@@ -74,7 +74,7 @@ class SkillProcedure:
         out = []
         for _ in range(times):
             fn = build()
-            _, spans = profile_runs(backend, [lambda: fn(*args)] * STEPS_PER_RUN, with_steps=True)
+            spans = profile_runs(backend, [lambda: fn(*args)] * STEPS_PER_RUN, with_steps=True).step_spans or []
             static = backend.static_compile_seconds() if fn is not self.runner.reference_fn else None
             if static:  # recorded at the compiled plan's first call, inside the profile's warm-up
                 self.compiles += 1

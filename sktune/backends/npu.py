@@ -248,12 +248,12 @@ class NpuBackend(Backend):
 
     def observe(self, reference: Callable[[], object]) -> None:
         """Profile the baseline once to learn the Ascend op types (for dcci strategies)."""
-        from sktune.measure.ascend_files import find_profile_files
         from sktune.measure.ascend_summary import kernel_type_sequence
 
-        summary = profile_runs(self, [reference] * 3, top=10**6)  # every kernel type, not the heaviest few
+        run = profile_runs(self, [reference] * 3, top=10**6)  # every kernel type, not the heaviest few
+        summary = run.summary
         self.kernel_types = tuple(sorted({k["type"] for k in summary["top_kernels"]}))
-        self.kernel_sequence = kernel_type_sequence(find_profile_files(summary["profile_dir"]))
+        self.kernel_sequence = kernel_type_sequence(run.kernels)
         self.ran_ai_cpu = any(core.upper().replace("_", "") == "AICPU" for core in summary["by_core"])
 
     def kernel_types_by_op(self, kernelless: Sequence[bool]) -> list[str | None] | None:
@@ -269,15 +269,15 @@ class NpuBackend(Backend):
         return types
 
     def profile_step(self, fn: Callable[[], object]) -> dict[str, Any]:
-        from sktune.measure.ascend_files import find_profile_files
         from sktune.measure.ascend_summary import kernels_per_step
 
-        summary = profile_runs(self, [fn] * 5)
+        run = profile_runs(self, [fn] * 5)
+        summary = run.summary
         steps = summary["steps"]
         median = sorted(s["span_us"] for s in steps)[len(steps) // 2] if steps else 0.0
         busy = sorted(s["busy_us"] for s in steps)[len(steps) // 2] if steps else 0.0
         return {"step_us": median, "busy_us": busy, "gap_us": median - busy, "steps": len(steps),
-                "top_kernels": kernels_per_step(find_profile_files(summary["profile_dir"])), "kernels_per_step": True,
+                "top_kernels": kernels_per_step(run.kernels), "kernels_per_step": True,
                 "superkernels": summary["superkernels"]}
 
     def time_batches(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
@@ -285,7 +285,8 @@ class NpuBackend(Backend):
         """Device time per step from the profiler: baseline and candidate steps alternate
         in one profiling session; the candidate's SuperKernel rows say what really fused."""
         fns = [baseline, candidate] * n_batches
-        summary, per_step = profile_runs(self, fns, with_steps=True)
+        run = profile_runs(self, fns, with_steps=True)
+        summary, per_step = run.summary, run.step_spans or []
         base = [per_step[i] * 1e-6 for i in range(0, len(per_step), 2)]
         cand = [per_step[i] * 1e-6 for i in range(1, len(per_step), 2)]
         return base, cand, {"superkernels": summary["superkernels"],

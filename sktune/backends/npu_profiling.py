@@ -8,24 +8,39 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sktune.backends.npu_first_run import made
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sktune.backends.npu import NpuBackend
 
 PROFILE_WARMUP_STEPS = 2
 
 
+@dataclass(frozen=True)
+class ProfiledRun:
+    """One profiled run, its kernel_details.csv read once: ``summary`` is
+    ``ProfileSummary.to_json()`` plus ``profile_dir``; ``kernels`` the file as
+    ``read_kernel_details`` read it, for further figures; ``step_spans`` with ``with_steps``."""
+
+    summary: dict[str, Any]
+    kernels: "pd.DataFrame"
+    step_spans: list[float] | None
+
+
 def profile_runs(backend: "NpuBackend", fns: list[Callable[[], object]], with_steps: bool = False,
-                 top: int = 15) -> Any:
+                 top: int = 15) -> ProfiledRun:
     """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output: the
     summary, and with ``with_steps`` each step's span too."""
     import torch_npu
 
     from sktune.measure.ascend_files import find_profile_files
+    from sktune.measure.ascend_parsers import read_kernel_details
     from sktune.measure.ascend_summary import step_spans, summarize
 
     prof_mod = torch_npu.profiler
@@ -48,11 +63,12 @@ def profile_runs(backend: "NpuBackend", fns: list[Callable[[], object]], with_st
             backend.synchronize()
             prof.step()
     # The profiler swallows its own errors: find_profile_files raises if nothing was written.
-    summary = summarize(find_profile_files(out), top=top).to_json()
+    files = find_profile_files(out)
+    kernels = read_kernel_details(files.kernel_details)
+    summary = summarize(files, top=top, kernels=kernels).to_json()
     summary["profile_dir"] = str(out)
-    if not with_steps:
-        return summary
-    return summary, step_spans(summary, len(fns))  # a ProfileError names the fix
+    spans = step_spans(summary, len(fns)) if with_steps else None  # a ProfileError names the fix
+    return ProfiledRun(summary, kernels, spans)
 
 
-__all__ = ["PROFILE_WARMUP_STEPS", "profile_runs"]
+__all__ = ["PROFILE_WARMUP_STEPS", "ProfiledRun", "profile_runs"]

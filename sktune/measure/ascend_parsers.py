@@ -65,15 +65,19 @@ _STEP_TRACE_COLUMNS = {
 
 
 # ---------------------------------------------------------------- reading the CSVs
-def _read_raw(csv: str | Path, what: str, columns: dict[str, str], required: Iterable[str]) -> pd.DataFrame:
-    path = Path(csv)
-    try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except OSError as exc:
-        raise ProfileError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{path} is not a readable CSV: {exc}") from exc
-    header = [str(c) for c in raw.columns]
+def _read_raw(source: str | Path, what: str, columns: dict[str, str], required: Iterable[str]) -> pd.DataFrame:
+    path = Path(source)
+    records = _records(path)
+    header, rows = records[0], records[1:]
+    fields = len(header)
+    long = next((i for i, record in enumerate(rows) if len(record) > fields), None)
+    if long is not None:
+        raise ProfileError(f"{path} is not a readable CSV: its record {long + 2} has {len(rows[long])} fields, "
+                           f"its header {fields}")
+    # A row with fewer fields than the header: a file cut short (a copy stopped midway) ends in
+    # one, and its figures would be wrong (a duration cut to its first digits). Left out, counted.
+    cut = pd.Series([len(record) < fields for record in rows], dtype=bool)
+    raw = pd.DataFrame([record + [""] * (fields - len(record)) for record in rows], columns=header, dtype=str)
     raw = raw.rename(columns=lambda c: columns.get(re.sub(r"\s+", "", str(c)).lower(), f"_{c}"))
     raw = raw.loc[:, ~raw.columns.duplicated()]
     missing = [c for c in required if c not in raw.columns]
@@ -82,22 +86,23 @@ def _read_raw(csv: str | Path, what: str, columns: dict[str, str], required: Ite
         found = ", ".join(header)
         raise ProfileError(f"{path} is not a {what}: it has no {wanted} column(s) "
                            f"(header: {found[:120]}{'…' if len(found) > 120 else ''})")
-    cut = _short_rows(path, len(header), len(raw))
     raw = raw[~cut].apply(lambda col: col.str.strip().str.strip('"').str.strip())
     raw.attrs["cut_rows"] = int(cut.sum())
     return raw
 
 
-def _short_rows(path: Path, fields: int, rows: int) -> pd.Series:
-    """Rows with fewer fields than the header: a file cut short (a copy stopped midway) ends in
-    one, and its figures would be wrong (a duration cut to its first digits). pandas fills the
-    missing fields with "" here, so the records are counted again; where they cannot be paired
-    with pandas' rows one to one, none is taken for cut."""
-    with path.open(encoding="utf-8-sig", newline="") as f:
-        # pandas skips blank and whitespace-only lines: so do the counts, or no row pairs up.
-        lengths = [len(record) for record in csv.reader(f) if any(field.strip() for field in record)][1:]
-    short = [n < fields for n in lengths] if len(lengths) == rows else [False] * rows
-    return pd.Series(short, dtype=bool)
+def _records(path: Path) -> list[list[str]]:
+    """The file's records, header first, read once; blank and whitespace-only lines are skipped."""
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            records = [record for record in csv.reader(f) if any(field.strip() for field in record)]
+    except OSError as exc:
+        raise ProfileError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path} is not a readable CSV: {exc}") from exc
+    if not records:
+        raise ProfileError(f"{path} is not a readable CSV: it is empty")
+    return records
 
 
 def _missing(col: pd.Series) -> pd.Series:
@@ -123,14 +128,14 @@ def _us_to_ns(text: str) -> int | None:
     return int(value.to_integral_value()) if value.is_finite() else None
 
 
-def read_kernel_details(csv: str | Path) -> pd.DataFrame:
+def read_kernel_details(source: str | Path) -> pd.DataFrame:
     """``kernel_details.csv`` → one row per kernel with columns ``step`` (0 when there is no
     ``Step Id`` column, ``attrs["step_ids"]`` False; <NA> where a Step Id is blank), ``name``,
     ``type``, ``core``, ``start_us``, ``start_ns`` (exact), ``duration_us``, ``wait_us``,
     ``block_num`` (``Block Num`` or ``Block Dim``), ``mix_block_num``, ``device_id``, ``task_id``,
     ``stream_id`` (nullable; Level0 has no Task ID or Stream ID), and flags ``is_marker``,
     ``is_superkernel``, ``is_duplicate`` (an exact repeat of an earlier row). ``N/A`` numbers become NaN/<NA>."""
-    raw = _read_raw(csv, "kernel_details.csv", _KERNEL_COLUMNS, ("name", "type", "core", "start", "duration_us"))
+    raw = _read_raw(source, "kernel_details.csv", _KERNEL_COLUMNS, ("name", "type", "core", "start", "duration_us"))
     df = pd.DataFrame(index=raw.index)
     # No Step Id: a run without profiler steps, one step 0. A blank Step Id: a kernel outside every step.
     df["step"] = _integer(raw, "step") if "step" in raw else 0
@@ -151,10 +156,10 @@ def read_kernel_details(csv: str | Path) -> pd.DataFrame:
     return df
 
 
-def read_step_trace(csv: str | Path) -> pd.DataFrame:
+def read_step_trace(source: str | Path) -> pd.DataFrame:
     """``step_trace_time.csv`` → ``step`` (0 when absent or N/A), ``device_id`` and every
     documented time column in µs (``free_us`` is the device idle time inside the step)."""
-    raw = _read_raw(csv, "step_trace_time.csv", _STEP_TRACE_COLUMNS, ("free_us",))
+    raw = _read_raw(source, "step_trace_time.csv", _STEP_TRACE_COLUMNS, ("free_us",))
     df = pd.DataFrame(index=raw.index)
     df["step"] = _integer(raw, "step").fillna(0).astype("int64") if "step" in raw else 0
     df["device_id"] = _integer(raw, "device_id")

@@ -88,14 +88,15 @@ def _union_ns(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
-def summarize(files: ProfileFiles, top: int = 15) -> ProfileSummary:
+def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None = None) -> ProfileSummary:
     """Per step: span (first kernel start to last kernel end), busy (union of kernel
     intervals), gap (``Free`` from step_trace_time.csv for that step when present, else span
     − busy) and kernel count; plus time by core, top kernels and SuperKernels. Markers and
     exact duplicate rows are excluded everywhere and counted. Without a Step Id column the
     whole profile is step 0; rows with a blank Step Id count in no step. A row cut short
-    (fewer fields than its header: the file's copy stopped midway) is left out and counted."""
-    df = read_kernel_details(files.kernel_details)
+    (fewer fields than its header: the file's copy stopped midway) is left out and counted.
+    ``kernels``: ``files.kernel_details`` as ``read_kernel_details`` read it, where the caller has it."""
+    df = read_kernel_details(files.kernel_details) if kernels is None else kernels
     step_ids = bool(df.attrs.get("step_ids"))
     duplicates = int(df["is_duplicate"].sum())
     df = df[~df["is_duplicate"]]
@@ -130,14 +131,14 @@ def summarize(files: ProfileFiles, top: int = 15) -> ProfileSummary:
         cut_rows=df.attrs["cut_rows"] + cut_in_step_trace)
 
 
-def kernels_per_step(files: ProfileFiles, top: int = 15) -> list[dict[str, Any]]:
+def kernels_per_step(kernels: pd.DataFrame, top: int = 15) -> list[dict[str, Any]]:
     """The most expensive kernels by their time per profiler step: for each kernel (name and
     type) the median over the steps of its summed duration in a step, and its launches per
     step, as the Inductor profile gives them (``measure/profile.py``). ``summarize``'s
     ``top_kernels`` are totals over the whole profile: five steps read five times too large
-    beside a step's time. Markers, duplicate rows and rows outside every step are left out."""
-    df = read_kernel_details(files.kernel_details)
-    df = df[~df["is_duplicate"] & ~df["is_marker"] & df["step"].notna()]
+    beside a step's time. Markers, duplicate rows and rows outside every step are left out.
+    ``kernels``: a kernel_details.csv as ``read_kernel_details`` read it."""
+    df = kernels[~kernels["is_duplicate"] & ~kernels["is_marker"] & kernels["step"].notna()]
     steps = sorted(df["step"].unique())
     if not steps:
         return []
@@ -187,10 +188,11 @@ def _superkernels(rows: pd.DataFrame) -> tuple[SuperKernelTotal, ...]:
     return tuple(out)
 
 
-def kernel_type_sequence(files: ProfileFiles) -> tuple[str, ...]:
+def kernel_type_sequence(kernels: pd.DataFrame) -> tuple[str, ...]:
     """The op types of the first step's kernels in launch order, markers and duplicates left
-    out: in an unfused run each kernel is one op's (the npu backend maps ops to types with it)."""
-    df = read_kernel_details(files.kernel_details)
+    out: in an unfused run each kernel is one op's (the npu backend maps ops to types with it).
+    ``kernels``: a kernel_details.csv as ``read_kernel_details`` read it."""
+    df = kernels
     work = df[~df["is_duplicate"] & ~df["is_marker"] & df["step"].notna() & df["start_ns"].notna()]
     if work.empty:
         return ()

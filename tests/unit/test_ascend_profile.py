@@ -68,7 +68,8 @@ def test_find_takes_the_newest_run_and_says_so(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("layout", "message"),
     [("missing", "profile path not found"), ("empty", "no Ascend profile"),
-     ("unparsed", "analyse"), ("bad_csv", "is not a kernel_details.csv")],
+     ("unparsed", "analyse"), ("bad_csv", "is not a kernel_details.csv"),
+     ("blank_csv", "not a readable CSV: it is empty"), ("long_row", "its record 3 has 3 fields, its header 2")],
 )
 def test_find_or_read_fails_with_one_clear_error(tmp_path: Path, layout: str, message: str) -> None:
     target = tmp_path / "x"
@@ -80,6 +81,12 @@ def test_find_or_read_fails_with_one_clear_error(tmp_path: Path, layout: str, me
     elif layout == "bad_csv":
         target = tmp_path / "kernel_details.csv"
         target.write_text("Op,Time\nAdd,1\n")
+    elif layout == "blank_csv":
+        target = tmp_path / "kernel_details.csv"
+        target.write_text("\n  \n")
+    elif layout == "long_row":  # a record longer than its header: no column to put a field in
+        target = tmp_path / "kernel_details.csv"
+        target.write_text("Op,Time\nAdd,1\nMul,2,3\n")
     with pytest.raises(SktuneError, match=message):
         summarize(find_profile_files(target))
 
@@ -223,7 +230,7 @@ def test_kernels_per_step_are_medians_over_the_steps_not_totals(tmp_path: Path) 
         f'4,0,mm,MatMulV2,AI_CORE,"1736413971000200.000\t",14,0,20,0{na}',  # add did not run in step 4
         f',0,cast,Cast,AI_VECTOR_CORE,"1736413971000300.000\t",99,0,40,0{na}',  # outside every step
     ])
-    kernels = kernels_per_step(ProfileFiles(kernel_details=path))
+    kernels = kernels_per_step(read_kernel_details(path))
     assert kernels == [{"name": "mm", "type": "MatMulV2", "total_us": 12.0, "count": 1},
                        {"name": "add", "type": "Add", "total_us": 4.0, "count": 1}]  # median of 5, 4, 0
     assert [k.total_us for k in summarize(ProfileFiles(kernel_details=path)).top_kernels][:2] == [99.0, 36.0]
