@@ -197,6 +197,10 @@ def load_existing_study(name: str, storage: str) -> optuna.Study:
         raise SktuneError(f"no study storage at {masked}: {file} is a directory; name the database file")
     if file and not Path(file).is_file():
         raise SktuneError(f"no study storage at {masked}: {file} does not exist (see --storage)")
+    if journal_path(storage) is None and not _holds_optuna_tables(storage):
+        # Opening it with RDBStorage would create Optuna's tables in a database that a
+        # report or an export was only meant to read.
+        raise SktuneError(f"no study storage at {masked}: the database holds no Optuna study tables (see --storage)")
     backend = make_storage(storage)
     try:
         names = optuna.get_all_study_names(backend)
@@ -208,6 +212,21 @@ def load_existing_study(name: str, storage: str) -> optuna.Study:
     study = optuna.load_study(study_name=name, storage=backend)
     check_made_by_sktune(study, masked)
     return study
+
+
+def _holds_optuna_tables(url: str) -> bool:
+    """Whether the database at ``url`` has Optuna's tables, read without creating anything."""
+    from sqlalchemy import create_engine, inspect
+
+    try:
+        engine = create_engine(url)
+        try:
+            found = inspect(engine)
+            return found.has_table("studies") and found.has_table("version_info")
+        finally:
+            engine.dispose()
+    except Exception as exc:
+        raise SktuneError(f"cannot open storage {mask_url(url)}: {storage_error(exc, url)}") from None
 
 
 def check_made_by_sktune(study: optuna.Study, where: str) -> None:

@@ -73,3 +73,22 @@ def test_a_study_name_keeps_its_cache_inside_the_cache_folder(tmp_path: Path) ->
         assert cache.is_relative_to(tmp_path.resolve()) and cache.parent.parent == tmp_path.resolve()
     assert file_name("quant_block-inductor") == "quant_block-inductor"
     assert file_name("a/b") != file_name("a_b")  # two names, two folders
+
+
+def test_report_and_export_leave_a_database_without_optuna_tables_as_it_was(tmp_path: Path) -> None:
+    """RDBStorage creates Optuna's tables in any database it opens: a report pointed at the
+    wrong database (an empty PostgreSQL, a project's own SQLite file) must not write to it."""
+    import sqlite3
+
+    db = tmp_path / "app.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table users (id integer)")
+    with pytest.raises(SktuneError, match="holds no Optuna study tables"):
+        load_existing_study("s", f"sqlite:///{db}")
+    with sqlite3.connect(db) as conn:
+        assert [r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")] == ["users"]
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    with pytest.raises(SktuneError, match="holds no Optuna study tables"):
+        load_existing_study("s", f"sqlite:///{empty}")
+    assert empty.stat().st_size == 0
