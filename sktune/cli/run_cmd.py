@@ -162,6 +162,7 @@ class _Progress:
                                  TimeElapsedColumn(), console=err_console, transient=False)
         self.task = self.progress.add_task("opening the study…", total=total)
         self.budget = TrialBudget(total)  # the search's rule for what uses up --trials
+        self.warned_of: list[int] = []  # the other workers on this host already warned of
 
     def __enter__(self) -> "_Progress":
         self.progress.__enter__()
@@ -175,16 +176,22 @@ class _Progress:
         self.progress.update(self.task, description=text)
 
     def on_ready(self, study: Any, workload: Workload) -> None:
+        self._warn_of_other_workers(study)
+        self.progress.update(self.task, description=f"{study.study_name}: {len(workload.ops)} ops, tuning…")
+
+    def _warn_of_other_workers(self, study: Any) -> None:
+        """Once, when other workers on this host tune the study: at start-up for those already
+        running, and after a trial for one started later (the first of two workers sees it only then)."""
         from sktune.tuning.storage import other_local_workers
 
         others = other_local_workers(study)
-        if others:
+        if others and not self.warned_of:
             self.progress.console.print(
                 f"[yellow]warning:[/] sktune process(es) {others} are tuning this study on this host too: "
                 "timings on shared CPU cores interfere. Pin each worker to its own cores "
                 "(taskset -c N sktune run ...) or run one worker per device/host."
             )
-        self.progress.update(self.task, description=f"{study.study_name}: {len(workload.ops)} ops, tuning…")
+            self.warned_of = others
 
     def finish(self, data: dict[str, Any]) -> None:
         """The bar's last line: the table's result (re-measured after the search; the bar
@@ -212,6 +219,7 @@ class _Progress:
         text = (f"{study.study_name}: best exact {speedup_of(best.ratio):.2f}× (trial {best.number})"
                 if best else study.study_name)
         self.progress.update(self.task, advance=1, description=text)
+        self._warn_of_other_workers(study)
 
 
 def _speedup(row: dict[str, Any]) -> str:

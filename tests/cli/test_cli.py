@@ -212,6 +212,28 @@ def test_the_progress_bar_widens_for_each_trial_on_top_of_the_budget() -> None:
     assert (task.completed, task.total) == (15, 15)  # 3 used up --trials; 12 came on top
 
 
+def test_a_worker_warns_once_of_another_on_this_host_even_one_started_after_it() -> None:
+    """The first of two workers found no other at start-up: it hears of the second after a trial."""
+    import os
+    import socket
+
+    from sktune.cli.run_cmd import _Progress
+    from sktune.tuning.records import TrialAttr
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study()
+    progress = _Progress(3)
+    printed: list[str] = []
+    progress.progress.console.print = lambda text, *a, **k: printed.append(str(text))  # type: ignore[method-assign]
+    progress.on_trial(study, study.tell(study.ask(), 1.0))
+    assert printed == []
+    other = study.ask()  # a RUNNING trial of another live process here (our parent)
+    other.set_user_attr(TrialAttr.WORKER, {"host": socket.gethostname(), "pid": os.getppid()})
+    for _ in range(2):
+        progress.on_trial(study, study.tell(study.ask(), 1.0))
+    assert len(printed) == 1 and f"[{os.getppid()}] are tuning this study on this host too" in printed[0]
+
+
 def test_the_best_is_compared_with_each_starting_point_the_summary_lists() -> None:
     from sktune.cli.run_cmd import starting_points_line
 
