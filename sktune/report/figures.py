@@ -165,6 +165,10 @@ def history_figure(hist: pd.DataFrame) -> go.Figure:
     fig.add_trace(go.Scatter(x=hist["number"], y=hist["best_so_far"], mode="lines", line_shape="hv",
                              name="best exact so far", line={"color": "#2ca02c", "width": 2}))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#555", annotation_text="unfused (ratio 1)")
+    if hist["status"].isin(_AT_TOP).any():  # their row's height is no ratio: say so on the chart
+        fig.add_hline(y=top, line_dash="dash", line_color="#bbb", annotation_position="top left",
+                      annotation_text="no ratio (" + ", ".join(s for s in _AT_TOP if (hist["status"] == s).any())
+                      + "): the row says nothing of speed")
     return _layout(fig, "Optimisation history: candidate / baseline time per trial (< 1 is faster)", 380,
                    xaxis={"title": "trial", "tickformat": "d"},  # trial numbers: never 0.5
                    yaxis={"title": "time ratio"}, legend={"orientation": "h", "y": -0.25})

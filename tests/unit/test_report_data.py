@@ -227,3 +227,17 @@ def test_empty_study_renders() -> None:
     study = optuna.create_study()
     page = render(study)
     assert "No bitwise-exact plan" in page and "No finished trial" in page
+
+
+def test_the_history_says_its_failed_row_is_no_ratio() -> None:
+    """Failed trials sit in a row above the highest ratio: the chart names that row, or it reads
+    as a ratio 5 % above the slowest trial."""
+    import pandas as pd
+
+    from sktune.report import figures
+
+    hist = pd.DataFrame({"number": [0, 1, 2], "status": ["exact", "failed", "exact"], "ratio": [1.0, None, 0.8],
+                         "anchor": ["", "", ""], "failure": ["", "hang", ""], "best_so_far": [1.0, 1.0, 0.8]})
+    texts = [a.text for a in figures.history_figure(hist).layout.annotations]
+    assert any(t.startswith("no ratio (failed)") for t in texts)
+    assert not any(a.text.startswith("no ratio") for a in figures.history_figure(hist.drop(index=1)).layout.annotations)
