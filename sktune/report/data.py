@@ -221,7 +221,8 @@ def fusion_map(study: optuna.Study) -> FusionMap:
 
 def time_breakdown(study: optuna.Study) -> pd.DataFrame:
     """Per-step busy time, gap and time not recorded (µs) of the baseline and the best plan,
-    from the profiler; ``partial_reason`` says why a profile left time unrecorded (else None)."""
+    from the profiler; ``shape``: the input shape profiled (None for a one-shape model);
+    ``partial_reason`` says why a profile left time unrecorded (else None)."""
     from sktune.tuning.summary import stored_profile
 
     rows = []
@@ -230,10 +231,10 @@ def time_breakdown(study: optuna.Study) -> pd.DataFrame:
         if prof:
             rows.append({"which": label, "step_us": prof["step_us"], "busy_us": prof["busy_us"],
                          "gap_us": prof["gap_us"], "unrecorded_us": prof.get("unrecorded_us") or 0.0,
-                         "steps": prof.get("steps"),
+                         "steps": prof.get("steps"), "shape": prof.get("shape"),
                          "partial_reason": prof.get("partial_reason") if prof.get("partial") else None})
     return pd.DataFrame(rows, columns=["which", "step_us", "busy_us", "gap_us", "unrecorded_us", "steps",
-                                       "partial_reason"])
+                                       "shape", "partial_reason"])
 
 
 def top_kernels(study: optuna.Study, top: int = 10) -> pd.DataFrame:

@@ -250,7 +250,8 @@ class TrialRunner:
         return BisectResult(found, runs, tuple(sorted(set(targets))), kernel_types)
 
     def profile(self, request: ProfileRequest) -> ProfileResult:
-        """Busy time and gap of the baseline (plan ``None``) or of a plan, kernels named."""
+        """Busy time and gap of the baseline (plan ``None``) or of a plan, kernels named; at the
+        heaviest shape, named in the profile's ``shape`` where the model has several."""
         args0 = self.args[0]
         if request.plan is None:
             fn = self.reference_fn
@@ -258,7 +259,9 @@ class TrialRunner:
             backend = get_backend(self.config.backend, profile_kernels=True, for_trials=True)
             backend.helper = self.helper  # it compiles some of the profiling build's regions too
             fn = backend.compile(self.graph, request.plan)
-        return ProfileResult(self.backend.profile_step(lambda: fn(*args0)))
+        profile = self.backend.profile_step(lambda: fn(*args0))
+        heaviest = next(iter(self.shape_sets))
+        return ProfileResult(profile if heaviest is None else {**profile, "shape": heaviest})
 
 
 __all__ = ["RunnerConfig", "TrialRunner"]

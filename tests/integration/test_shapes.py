@@ -83,6 +83,8 @@ def test_multi_shape_run_rejects_a_plan_inexact_at_one_shape_and_reports_each_sh
     weighted = data["shapes"]["wide"]["speedup"] ** 0.7 * data["shapes"]["narrow"]["speedup"] ** 0.3
     assert data["speedup"] == pytest.approx(weighted)
     assert "at wide" in result.stdout and "at narrow" in result.stdout
+    from sktune.report import data as report_data  # the report names the shape its profiles ran at
+    assert set(report_data.time_breakdown(study)["shape"]) == {"wide"}  # the heaviest
 
     exported = cli("export", "--study", "both", "--storage", storage, "--format", "json", cwd=tmp_path)
     assert exported.returncode == 0, exported.stderr[-3000:]
