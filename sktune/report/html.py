@@ -17,8 +17,9 @@ import pandas as pd
 from sktune.backends import REGISTRY, backend_class
 from sktune.backends._base import Backend
 from sktune.report import data, figures, trials_data
-from sktune.report.html_table import SORT_JS, cell, esc, interval, num, table
-from sktune.tuning.records import StudyAttr, TrialAttr, speedup_of
+from sktune.report.html_summary import summary_section
+from sktune.report.html_table import SORT_JS, cell, esc, interval, num, table, us
+from sktune.tuning.records import StudyAttr, TrialAttr
 
 log = logging.getLogger(__name__)
 
@@ -49,98 +50,7 @@ class _Figures:
                            config={"displaylogo": False, "responsive": True})
 
 
-def _us(seconds: Any) -> float | None:
-    """Seconds as µs for a table cell; None for a missing figure."""
-    return None if seconds is None or pd.isna(seconds) else seconds * 1e6
-
-
 # ---------------------------------------------------------------- sections
-
-def _summary(study: optuna.Study, summary: dict[str, Any]) -> str:
-    env = table(None, ([f"<th>{esc(k)}</th>", cell(v)] for k, v in data.environment(study).items()))
-    comp = data.comparison(summary)
-    rows = []
-    for r in comp.itertuples():
-        cls = {"yes": "ok", "no": "bad"}.get(r.verified, "")
-        base = _us(r.baseline_s)
-        rows.append([cell(r.plan), cell(None if pd.isna(r.trial) else int(r.trial)),
-                     cell(r.time_s * 1e6, num(r.time_s * 1e6, ".1f")), cell(base, num(base, ".1f")),
-                     cell(r.ratio, num(r.ratio, ".3f")),
-                     cell(None, interval(r.ratio_lo, r.ratio_hi)),
-                     cell(None, num(speedup_of(r.ratio), ".2f") + "×"),
-                     cell(r.verified, f'<span class="{cls}">{esc(r.verified)}</span>')])
-    emulated = " (emulated)" if summary.get("emulated") else ""
-    comp_html = table(["plan", "trial", f"step µs{emulated}", f"its unfused µs{emulated}", "time ratio",
-                        "ratio 95 % interval", "speedup", "bitwise verified"], rows) \
-        if rows else '<p class="note">No complete trial yet.</p>'
-    counts = (f"{summary['n_trials']} trials: {summary['n_complete']} complete "
-              f"({summary['n_infeasible']} not bitwise-exact), {summary['n_pruned']} pruned or skipped, "
-              f"{summary['n_failed']} failed.")
-    remeasured = "The best" + (" and fuse-everything" if summary.get("fuse_all") else "")
-    source = {"re-measured": f"{remeasured} times were re-measured after the search "
-                             "(the search's minimum is biased low)",
-              "search": "Times are from the search trials themselves"}.get(summary.get("timing_source", ""), "")
-    return (f'<h2 id="summary">1. Summary</h2><p class="verdict {data.verdict_kind(summary)}">{esc(data.verdict(summary))}</p>'
-            f"<p>{esc(counts)} {esc(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
-            "the same run (&lt; 1 is faster); a gain is real only when its interval excludes 1.</p>"
-            f"{comp_html}{_host_time(summary)}{_shapes(summary)}{_verify_shapes(summary)}{_anchors(summary)}"
-            f"<h3>Environment</h3>{env}")
-
-
-def _verify_shapes(summary: dict[str, Any]) -> str:
-    """The verify-only shapes (``verify_shapes()``): checked bitwise, never timed; the capture-limit warning."""
-    from sktune.tuning.verified import verify_shapes_line
-
-    lines = [verify_shapes_line(summary["verify_shapes"])] if summary.get("verify_shapes") else []
-    if summary.get("capture_limit_warning"):
-        lines.append(summary["capture_limit_warning"])
-    return "".join(f"<p>{esc(line)}</p>" for line in lines)
-
-
-def _host_time(summary: dict[str, Any]) -> str:
-    """Static compile and, on an emulated Ascend, the host time it stands for (labelled emulated)."""
-    from sktune.tuning.host_time import host_time_lines
-
-    return "".join(f'<p class="note">{esc(line)}</p>' for line in host_time_lines(summary))
-
-
-def _shapes(summary: dict[str, Any]) -> str:
-    frame = data.shapes(summary)
-    if frame.empty:
-        return ""
-    rows = [[cell(r.shape), cell(r.weight, num(r.weight, "g")),
-             cell(r.baseline_s * 1e6, num(r.baseline_s * 1e6, ".1f")), cell(r.best_s * 1e6, num(r.best_s * 1e6, ".1f")),
-             cell(r.speedup, num(r.speedup, ".2f") + "× " + interval(r.speedup_lo, r.speedup_hi, ".2f")),
-             cell(r.bitwise), cell(r.search_speedup, "—" if pd.isna(r.search_speedup) else f"{r.search_speedup:.2f}×"),
-             cell(r.best_alone_speedup, "—" if pd.isna(r.best_alone_speedup) else
-                                     f"{r.best_alone_speedup:.2f}× (trial {int(r.best_alone_trial)})"),
-             cell(r.yardstick_speedup, "—" if pd.isna(r.yardstick_speedup) else
-                  f"{r.yardstick_speedup:.2f}× (trial {int(r.yardstick_trial)}): {r.yardstick_exact}"),
-             cell(r.regret, "—" if pd.isna(r.regret) else f"{r.regret:+.1%}")] for r in frame.itertuples()]
-    return ("<h3>One plan for every served shape</h3><p>Each shape timed against its own unfused baseline. "
-            "<i>Best alone</i> is the fastest plan found that is exact at that shape, whatever it does at the "
-            "others; the <i>yardstick</i> is that shape's own best candidate, built from its own exactness "
-            "answers and measured there only. The regret is what serving every shape with one plan costs "
-            "there against the faster of the two, search timing against search timing: the plan's search "
-            "figure is beside it (its speedup before is the re-measured one, where the finalists' round ran).</p>"
-            + table(["shape", "weight", "unfused µs", "plan µs", "speedup [95 %]", "bitwise", "plan (search)",
-                      "best alone (search)", "yardstick: exact where", "regret"], rows))
-
-
-def _anchors(summary: dict[str, Any]) -> str:
-    frame = data.anchors(summary)
-    if frame.empty:
-        return ""
-    rows = [[cell(r.anchor), cell(r.trial), cell(r.ratio, num(r.ratio, ".3f")), cell(r.timed),
-             cell(r.bitwise, f'<span class="{"ok" if r.bitwise == "yes" else "bad"}">{esc(r.bitwise)}</span>'),
-             cell(r.best_speedup_over, num(r.best_speedup_over, ".2f") + "×" if r.best_speedup_over else "—")]
-            for r in frame.itertuples()]
-    return ("<h3>The best plan against each starting point</h3><p>Anchors (the placements users write by hand), "
-            "profile-guided seeds and warm-start plans, each timed against unfused in its own run: in the "
-            "finalists' round where it was re-measured there, as the best was, else by its search trial. The "
-            "last column is how many times faster the best exact plan is.</p>"
-            + table(["starting point", "trial", "time ratio", "timed", "bitwise", "best is"], rows, sortable=True))
-
 
 def _fusion(study: optuna.Study, figs: _Figures) -> str:
     fm = data.fusion_map(study)
@@ -239,7 +149,7 @@ def _trials(study: optuna.Study, emulated: bool = False) -> str:
     rows = []
     for r in frame.itertuples():
         bit = "ok" if r.bitwise.startswith("yes") else "bad" if r.bitwise.startswith("no") else ""
-        step, base = _us(r.step_s), _us(r.baseline_s)
+        step, base = us(r.step_s), us(r.baseline_s)
         rows.append([cell(r.number), cell(r.state), cell(r.anchor), cell(step, num(step, ".1f")),
                      cell(base, num(base, ".1f")),
                      cell(r.ratio, num(r.ratio, ".3f")), cell(r.ratio_lo, interval(r.ratio_lo, r.ratio_hi)),
@@ -298,7 +208,7 @@ def render(study: optuna.Study) -> str:
 
     summary = make_summary(study)
     figs = _Figures()
-    sections = [_summary(study, summary), _fusion(study, figs),
+    sections = [summary_section(study, summary), _fusion(study, figs),
                 _time(study, figs, bool(summary.get("emulated")), bool(summary.get("best_fuses_nothing"))),
                 _search(study, figs),
                 _trials(study, bool(summary.get("emulated"))), _failures(study)]

@@ -64,3 +64,8 @@ def table(headers: Sequence[str] | None, rows: Iterable[Sequence[str]], sortable
 def interval(lo: Any, hi: Any, fmt: str = ".3f") -> str:
     """A 95 % interval as ``[lo, hi]`` (``fmt``: as the figure it bounds), or a dash when there is none."""
     return "—" if lo is None or pd.isna(lo) else f"[{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def us(seconds: Any) -> float | None:
+    """Seconds as µs for a table cell; None for a missing figure."""
+    return None if seconds is None or pd.isna(seconds) else seconds * 1e6

@@ -10,7 +10,7 @@ import pytest
 
 from sktune.measure.stats import PairedTiming
 from sktune.report import data
-from sktune.report.html import _shapes
+from sktune.report.html_summary import _shapes
 from sktune.tuning.shapes import ShapeOutcome, best_alone, shapes_summary, weighted_timing
 
 WEIGHTS = {"bs1": 0.5, "bs8": 0.3, "bs64": 0.2}

@@ -20,7 +20,7 @@ from sktune.plan import Plan, Scope
 from sktune.space.search_space import UNFUSED
 from sktune.space.encode import params_of
 from sktune.report import data
-from sktune.report.html import _shapes
+from sktune.report.html_summary import _shapes
 from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
