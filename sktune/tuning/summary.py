@@ -170,7 +170,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     # search's figure is the least of many noisy ones, biased low, and one disturbed baseline
     # once made "best vs fuse-all" read 1.24x beside a table of 1.12x and 1.09x.
     best_ratio = None if best is None else 1.0 if out["best_fuses_nothing"] else best_timing_ratio
-    out["anchors"] = anchor_comparison(study, best_ratio, None if best is None else best.number)
+    out["anchors"] = anchor_comparison(study, best_ratio, None if best is None else best.number, recs)
     out.update(static_compile_summary(study))  # static_compile, estimated_host_time (emulated only)
     # Which profiles left some of the step unrecorded (their unrecorded_us is neither busy nor gap).
     out["profile_partial"] = [which for which, key in (("baseline", "profile_baseline"), ("best", "profile_best"))
@@ -232,8 +232,8 @@ def _remeasured_ratios(study: optuna.Study) -> dict[int, float]:
     return {e["trial"]: PairedTiming.from_json(e["timing"]).ratio for e in entries}
 
 
-def anchor_comparison(study: optuna.Study, best_ratio: float | None, best_trial: int | None = None
-                      ) -> list[dict[str, Any]]:
+def anchor_comparison(study: optuna.Study, best_ratio: float | None, best_trial: int | None = None,
+                      recs: list[TrialRecord] | None = None) -> list[dict[str, Any]]:
     """Each measured starting point (anchor, seed or warm plan) and how much faster the best
     plan is (ratios to the unfused baseline of each one's own run, so they compare across
     runs). A starting point re-measured in the finalists' round is compared by that figure,
@@ -241,12 +241,13 @@ def anchor_comparison(study: optuna.Study, best_ratio: float | None, best_trial:
     trial. Left out: the best itself (it read 1.00×), the unfused plan (the headline is the
     best against it; its search ratio against itself is noise), refinement trials (not
     starting points) and the shapes' yardsticks (their panel has them); a starting point
-    measured again (a resumed run) counts by its latest trial."""
+    measured again (a resumed run) counts by its latest trial. ``recs``: the study's
+    ``records``, where the caller has them."""
     trials = study.get_trials(deepcopy=False)
     # Copies (a twin queued by two workers took the other's outcome) are no measurement of their own.
     skip = {t.number for t in trials if is_yardstick(t) or reused(t)}
     remeasured = _remeasured_ratios(study)
-    recs = records(study)
+    recs = records(study) if recs is None else recs
     best_plan = next((r.plan for r in recs if r.number == best_trial), None)
     latest: dict[str, dict[str, Any]] = {}
     for r in recs:
