@@ -14,8 +14,6 @@ from sktune.cli._errors import user_errors
 if TYPE_CHECKING:
     from sktune.measure.ascend_summary import ProfileSummary
 
-_GAP_FROM = {"step_trace": "Free", "kernels": "span−busy"}
-
 
 def profile_command(
     path: Annotated[Path, typer.Argument(
@@ -55,14 +53,18 @@ def _print(summary: ProfileSummary) -> None:
     if summary.note:
         console.print(summary.note, highlight=False)
 
-    steps = Table("step", "span µs", "busy µs", "gap µs", "gap %", "kernels", "gap from", title="Per step (device)")
+    free = any(s.free_us is not None for s in summary.steps)
+    steps = Table("step", "span µs", "busy µs", "gap µs", "gap %", "kernels", *(["Free µs"] if free else []),
+                  title="Per step (device)")
     for s in summary.steps:
         share = f"{100 * s.gap_us / s.span_us:.1f}" if s.span_us else "-"
         steps.add_row(str(s.step), _us(s.span_us), _us(s.busy_us), _us(s.gap_us), share, str(s.kernels),
-                      _GAP_FROM.get(s.gap_source, s.gap_source))
+                      *([_us(s.free_us) if s.free_us is not None else "-"] if free else []))
     console.print(steps)
-    console.print("span: first kernel start to last kernel end; busy: union of kernel intervals; gap from "
-                  "Free = step_trace_time.csv, span−busy = kernel_details.csv only.", highlight=False)
+    console.print("span: first kernel start to last kernel end; busy: union of kernel intervals; gap: span − busy, "
+                  "the device idle between the step's kernels that fusion removes."
+                  + (" Free: step_trace_time.csv's, which counts the idle up to the next step's first kernel "
+                     "too (host time between steps)." if free else ""), highlight=False)
     if not summary.step_ids:
         console.print("No Step Id column: the run had no profiler steps, so the whole profile is one step "
                       "(profile with a schedule and one prof.step() per step to see steps).", highlight=False)

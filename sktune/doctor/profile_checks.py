@@ -1,15 +1,19 @@
 """Checks of the backend's own profiling (torch_npu.profiler at Level0): the files are
 where sktune looks, kernel_details.csv has torch-npu 2.14.0's Level0 columns, and each
-planned scope shows up as a SuperKernel row in the real name form (docs/npu_api.md,
-"Profiling", "Testing without an NPU")."""
+planned scope shows up as a SuperKernel row in the real name form, and step_trace_time.csv's
+``Free`` counts what torch-npu's parser makes it count (docs/npu_api.md, "Profiling", "Testing
+without an NPU")."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sktune.doctor.records import CheckResult, confirmed, differs
 from sktune.doctor.session import PROFILE_BATCHES, DoctorSession
 from sktune.measure.ascend_parsers import LEVEL0_BASE, LEVEL0_OPTIONAL, STEP_ID
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def check_profile_files(session: DoctorSession) -> CheckResult:
@@ -74,3 +78,44 @@ def _index_first(row_name: str, planned: list[str], parse: Any) -> bool:
     """The name reads as ``sk_<n>_<scope>_start_...``: its index follows ``sk_``."""
     parsed = parse(row_name, planned)
     return parsed is not None and row_name.startswith(f"sk_{parsed.index}_{parsed.scope}_start_")
+
+
+def check_step_trace_free(session: DoctorSession) -> CheckResult:
+    from sktune.measure.ascend_parsers import read_kernel_details, read_step_trace
+
+    seen = session.profile()
+    if seen.step_trace is None:
+        return differs("step_trace_free", "no step_trace_time.csv beside kernel_details.csv", str(seen.profile_dir))
+    return judge_step_trace_free(read_kernel_details(seen.kernel_details), read_step_trace(seen.step_trace))
+
+
+def judge_step_trace_free(kernels: pd.DataFrame, trace: pd.DataFrame) -> CheckResult:
+    """Each step's ``Free`` against the device idle read from kernel_details.csv two ways: up to
+    the next step's first kernel (torch-npu's step range, as docs/npu_api.md reads its parser)
+    or between the step's own kernels only (span − busy). Every device task counts, markers too."""
+    from sktune.measure.ascend_summary import _union_ns
+
+    name = "step_trace_free"
+    tasks = kernels[~kernels["is_duplicate"] & kernels["step"].notna() & kernels["start_ns"].notna()
+                    & kernels["duration_us"].notna()]
+    spans = {int(step): [(int(s), int(s) + round(d * 1000)) for s, d in zip(rows["start_ns"], rows["duration_us"])]
+             for step, rows in tasks.groupby("step")}
+    free = trace.dropna(subset=["free_us"]).groupby("step")["free_us"].sum()
+    order = sorted(spans)
+    rows = []
+    for k, step in enumerate(order):
+        first, last = min(s for s, _ in spans[step]), max(e for _, e in spans[step])
+        between = (last - first - _union_ns(spans[step])) / 1000
+        after = (min(s for s, _ in spans[order[k + 1]]) - last) / 1000 if k + 1 < len(order) else 0.0
+        rows.append((step, free.get(step), between, between + after, 0.01 * (len(spans[step]) + 1)))
+    measured = [r for r in rows if r[1] is not None]
+    if not measured:
+        return differs(name, "step_trace_time.csv has no Free for any step of kernel_details.csv")
+    step, value, between, to_next, _ = measured[0]
+    figures = f"step {step}: Free {value:.3f} µs, between its kernels {between:.3f}, up to the next step's {to_next:.3f}"
+    if all(abs(v - n) <= tol for _, v, _, n, tol in measured):
+        return confirmed(name, f"Free counts the idle up to the next step's first kernel ({figures})")
+    if all(abs(v - b) <= tol for _, v, b, _, tol in measured):
+        return differs(name, f"Free is the idle between each step's own kernels only ({figures}): "
+                             "docs/npu_api.md's reading of torch-npu's parser does not hold here")
+    return differs(name, f"Free matches neither reading ({figures})")

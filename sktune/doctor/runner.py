@@ -50,6 +50,7 @@ CHECKS: tuple[Check, ...] = (
     Check("profile_files", profile_checks.check_profile_files),
     Check("profile_columns", profile_checks.check_profile_columns),
     Check("superkernel_rows", profile_checks.check_superkernel_rows),
+    Check("step_trace_free", profile_checks.check_step_trace_free),
     Check("static_cache_option_sets", cache_checks.check_cache_option_sets),
     Check("static_cache_scope_placements", cache_checks.check_cache_scope_placements),
     Check("hang_trace_path", env_checks.check_hang_trace_path),

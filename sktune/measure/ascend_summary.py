@@ -1,5 +1,6 @@
 """Summarize one Ascend profile (``ProfileSummary``): per-step device span, busy time and
-the gap (idle device time that SuperKernel attacks), time by accelerator core, the heaviest
+the gap (idle device time between the step's kernels, which SuperKernel attacks) beside
+step_trace_time.csv's ``Free``, time by accelerator core, the heaviest
 kernels, and which SuperKernels were actually built (rows of type ``SuperKernel``). Times are
 integer nanoseconds while computing and reported in µs; marker kernels
 (``sk_scope_kernel_*``, ``sk_placeholder_kernel``) are left out of every figure and only counted.
@@ -24,14 +25,18 @@ from sktune.measure.ascend_parsers import (
 
 @dataclass(frozen=True)
 class StepStats:
-    """One step in µs. ``gap_source``: ``step_trace`` (its ``Free``) or ``kernels`` (span - busy)."""
+    """One step in µs. ``gap_us`` = span − busy: the device idle between the step's kernels.
+    ``free_us``: step_trace_time.csv's ``Free`` for the step (None without that file). torch-npu
+    counts in a step every idle interval that starts before the host ends the step, so it takes
+    in the idle up to the next step's first kernel (docs/npu_api.md, "Profiler"): host time
+    between steps, not a gap that fusion removes."""
 
     step: int
     span_us: float
     busy_us: float
     gap_us: float
     kernels: int
-    gap_source: str
+    free_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,6 @@ class SuperKernelTotal:
 class ProfileSummary:
     source: str
     note: str | None
-    gap_source: str  # step_trace | kernels | mixed | none
     steps: tuple[StepStats, ...]
     by_core: dict[str, float]
     top_kernels: tuple[KernelTotal, ...]
@@ -90,8 +94,8 @@ def _union_ns(intervals: list[tuple[int, int]]) -> int:
 
 def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None = None) -> ProfileSummary:
     """Per step: span (first kernel start to last kernel end), busy (union of kernel
-    intervals), gap (``Free`` from step_trace_time.csv for that step when present, else span
-    − busy) and kernel count; plus time by core, top kernels and SuperKernels. Markers and
+    intervals), gap (span − busy), step_trace_time.csv's ``Free`` where present (``StepStats``)
+    and kernel count; plus time by core, top kernels and SuperKernels. Markers and
     exact duplicate rows are excluded everywhere and counted. Without a Step Id column the
     whole profile is step 0; rows with a blank Step Id count in no step. A row cut short
     (fewer fields than its header: the file's copy stopped midway) is left out and counted.
@@ -111,17 +115,13 @@ def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None =
         spans = [(int(s), int(s) + round(d * 1000)) for s, d in zip(t["start_ns"], t["duration_us"])]
         span = (max(e for _, e in spans) - min(s for s, _ in spans)) if spans else 0
         busy = _union_ns(spans)
-        source = "step_trace" if step in free else "kernels"
-        gap = free[step] if step in free else (span - busy) / 1000
-        steps.append(StepStats(int(step), span / 1000, busy / 1000, round(gap, 3), len(rows), source))
-    sources = {s.gap_source for s in steps}
+        steps.append(StepStats(int(step), span / 1000, busy / 1000, (span - busy) / 1000, len(rows), free.get(step)))
     by_core = work.groupby("core")["duration_us"].sum().round(3).sort_values(ascending=False)
     kernels = (work.groupby(["name", "type"])["duration_us"].agg(["sum", "size"]).reset_index()
                .sort_values(["sum", "name"], ascending=[False, True]).head(top))
     fail = [r for log in files.fusion_fail_logs for r in read_fusion_fail_reasons(log)]
     return ProfileSummary(
         source=str(files.kernel_details), note=files.note,
-        gap_source=sources.pop() if len(sources) == 1 else ("mixed" if sources else "none"),
         steps=tuple(steps), by_core={str(k): float(v) for k, v in by_core.items()},
         top_kernels=tuple(KernelTotal(str(r.name), str(r.type), round(float(r.sum), 3), int(r.size))
                           for r in kernels.itertuples()),

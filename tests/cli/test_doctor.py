@@ -69,7 +69,7 @@ def test_every_check_runs_and_is_confirmed_under_the_emulator(doctor_json: dict)
 def test_the_table_names_every_check(tmp_path: Path) -> None:
     result = sktune("doctor", cwd=tmp_path, env=_env(tmp_path), timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "EMULATED" in result.stdout and "11 confirmed" in result.stdout
+    assert "EMULATED" in result.stdout and "12 confirmed" in result.stdout
     assert all(name in result.stdout for name in ("marker_pairing", "hang_trace_path"))
 
 
@@ -190,3 +190,25 @@ def test_a_torch_torch_npu_does_not_pin_differs() -> None:
     assert judge_versions("2.13.0+cpu", "2.14.0", "full", emulated=False).kind == "differs"
     assert judge_versions("2.14.0", "2.14.0.post1", "full", emulated=False).kind == "confirmed"
     assert judge_versions("2.10.0", "2.10.0.post2", "legacy", emulated=False).kind == "differs"
+
+
+def test_step_trace_free_is_judged_against_both_readings_of_the_idle() -> None:
+    """Two steps of two 10 µs kernels 5 µs apart, the next step 50 µs after: torch-npu's
+    parser counts those 50 µs in the first step's Free."""
+    import pandas as pd
+
+    from sktune.doctor.profile_checks import judge_step_trace_free
+
+    base = 1_736_413_971_000_000_000
+    starts = [base, base + 15_000, base + 75_000, base + 90_000]  # ns
+    kernels = pd.DataFrame({"step": [1, 1, 2, 2], "start_ns": starts, "duration_us": [10.0] * 4,
+                            "is_duplicate": [False] * 4})
+
+    def trace(*free: float) -> pd.DataFrame:
+        return pd.DataFrame({"step": [1, 2], "free_us": list(free)})
+
+    seen = judge_step_trace_free(kernels, trace(55.0, 5.0))
+    assert seen.kind == "confirmed" and "up to the next step's first kernel" in seen.detail
+    own = judge_step_trace_free(kernels, trace(5.0, 5.0))
+    assert own.kind == "differs" and "between each step's own kernels only" in own.status
+    assert judge_step_trace_free(kernels, trace(30.0, 5.0)).kind == "differs"

@@ -25,8 +25,9 @@ def test_json_contract_on_fixture() -> None:
     data = json.loads(result.stdout)
     assert {"steps", "by_core", "top_kernels"} <= set(data)
     step = data["steps"][0]
-    assert {"step", "span_us", "busy_us", "gap_us", "kernels"} <= set(step)
-    assert (step["span_us"], step["busy_us"], step["gap_us"], step["kernels"]) == (149.0, 121.25, 30.125, 7)
+    assert {"step", "span_us", "busy_us", "gap_us", "kernels", "free_us"} <= set(step)
+    assert (step["span_us"], step["busy_us"], step["gap_us"], step["kernels"]) == (149.0, 121.25, 27.75, 7)
+    assert step["free_us"] == 30.125  # step_trace's Free, apart: it runs to the next step's first kernel
     assert data["by_core"]["HCCL"] == 50.0
     assert all(set(k) == {"name", "type", "total_us", "count"} for k in data["top_kernels"])
     assert [s["scope"] for s in data["superkernels"]] == ["layer_0", "decoder_layer_1"]
@@ -52,6 +53,7 @@ def test_human_summary_says_when_the_profile_has_no_steps() -> None:
     result = sktune(str(RUN))  # no Step Id column: a run without profiler steps
     assert result.returncode == 0, result.stderr
     assert "No Step Id column" in result.stdout and "DEFAULT_NODE ×1" in result.stdout
+    assert "Free µs" in result.stdout and "up to the next step's first kernel" in " ".join(result.stdout.split())
     assert "Not in sktune's list" not in result.stdout
 
 

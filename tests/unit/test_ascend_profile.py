@@ -140,7 +140,8 @@ def test_summary_with_step_trace() -> None:
     summary = summarize(find_profile_files(RUN))
     (step,) = summary.steps
     assert (step.step, step.span_us, step.busy_us, step.kernels) == (0, 149.0, 121.25, 7)
-    assert step.gap_us == 30.125 and step.gap_source == summary.gap_source == "step_trace"
+    # The gap is span − busy; Free (30.125) counts the idle up to the next step's first kernel too.
+    assert step.gap_us == 27.75 and step.free_us == 30.125
     assert summary.markers_filtered == 3 and summary.duplicates_dropped == 0
     assert summary.by_core == {"HCCL": 50.0, "MIX_AIC": 44.0, "AI_CORE": 30.0, "AI_VECTOR_CORE": 22.25,
                                "MIX_AIV": 10.0}
@@ -151,9 +152,9 @@ def test_summary_with_step_trace() -> None:
         ("layer_0", "RmsNorm", "MatMulV2", 0, 44.0, 2), ("decoder_layer_1", "Add", "Cast", 1, 10.0, 1)]
 
 
-def test_summary_without_step_trace_uses_span_minus_busy() -> None:
+def test_summary_without_step_trace_has_no_free() -> None:
     summary = summarize(ProfileFiles(kernel_details=OUTPUT / "kernel_details.csv"))
-    assert summary.steps[0].gap_us == 27.75 and summary.gap_source == "kernels"
+    assert summary.steps[0].gap_us == 27.75 and summary.steps[0].free_us is None
 
 
 def test_a_file_cut_short_leaves_its_cut_row_out_and_says_so(tmp_path: Path) -> None:
@@ -252,7 +253,7 @@ def test_profile_without_step_id_is_one_step_and_cannot_time_steps(tmp_path: Pat
 
 def test_to_json_is_plain_json() -> None:
     data = json.loads(json.dumps(summarize(find_profile_files(RUN)).to_json()))
-    assert {"steps", "by_core", "top_kernels", "superkernels", "markers_filtered", "gap_source"} <= set(data)
+    assert {"steps", "by_core", "top_kernels", "superkernels", "markers_filtered"} <= set(data)
     assert {"step", "span_us", "busy_us", "gap_us", "kernels"} <= set(data["steps"][0])
     assert set(data["top_kernels"][0]) == {"name", "type", "total_us", "count"}
     assert data["fusion_fail_reasons"][1]["reason"] == "OP_UNSUPPORT"  # sk_meta/ next to the run
@@ -390,7 +391,7 @@ def test_real_file_summary_matches_independent_oracle() -> None:
     (step,) = summary.steps
     assert step.step == 19 and step.kernels == kernels == 26
     assert Decimal(str(step.span_us)) == span and Decimal(str(step.busy_us)) == busy
-    assert step.gap_us == pytest.approx(float(span - busy), abs=1e-6) and step.gap_source == "kernels"
+    assert step.gap_us == pytest.approx(float(span - busy), abs=1e-6) and step.free_us is None
     assert summary.duplicates_dropped == 3 and summary.markers_filtered == 0 and summary.superkernels == ()
     assert list(summary.by_core) == ["MIX_AIC", "AI_CORE", "AI_VECTOR_CORE"]
     assert summary.by_core["MIX_AIC"] == pytest.approx(5072.22)

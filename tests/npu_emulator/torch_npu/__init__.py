@@ -93,7 +93,8 @@ Behaviour model
   ``Mix Block Num`` and the shape/dtype/format columns; at Level1/2 every op_summary column
   (the real sample's set with Device_id first, no AI Core metrics). ``Step Id`` comes
   first only when the run had profiler steps (a schedule and CPU activity); without them
-  step_trace_time.csv has one row with an empty Step, as torch-npu writes it.
+  step_trace_time.csv has one row with an empty Step, as torch-npu writes it. Its ``Free``
+  counts, as torch-npu's does, the idle up to the next step's first kernel (``profiler/_writer.py``).
 """
 
 from __future__ import annotations

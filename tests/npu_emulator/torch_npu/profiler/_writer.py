@@ -78,16 +78,23 @@ def kernel_line(row: Row, columns: tuple[str, ...]) -> str:
 
 
 def step_lines(rows: list[Row], steps: bool) -> list[str]:
-    """One row per step: Computing = busy time, Free = span - busy. Without profiler steps one
-    row with an empty Step, as torch-npu writes it."""
+    """One row per step, as torch-npu 2.14.0 counts it (``prof_view/_trace_step_time_parser.py``
+    ``count_time``, and the step range of ``prof_parse/_fwk_cann_relation_parser.py``
+    ``get_step_range``: from the step's first kernel to the later of its last kernel's end and
+    the host's end of the step): each device idle interval between consecutive tasks counts
+    in the step it starts in, so ``Free`` holds the idle up to the next step's first kernel
+    (the host's time between steps) and ``Stage`` runs to that kernel. Computing = busy time.
+    Without profiler steps one row with an empty Step."""
+    ordered = sorted(rows, key=lambda r: r.start_ns)
+    idle_after = {id(a): b.start_ns - (a.start_ns + a.task.duration_ns) for a, b in zip(ordered, ordered[1:])}
     out = []
     for step in sorted({r.step for r in rows}) if steps else [None]:
-        mine = [r for r in rows if r.step == step] if steps else rows
-        start = min(r.start_ns for r in mine)
-        end = max(r.start_ns + r.task.duration_ns for r in mine)
+        mine = [r for r in ordered if r.step == step] if steps else ordered
+        start = mine[0].start_ns
         busy = sum(r.task.duration_ns for r in mine)  # tasks never overlap on one stream
+        free = sum(idle_after.get(id(r), 0) for r in mine)
         label = "" if step is None else str(step)
-        out.append(",".join([str(DEVICE_ID), label, _us(busy), "0", "0", "0", _us(end - start - busy), "0", "0",
+        out.append(",".join([str(DEVICE_ID), label, _us(busy), "0", "0", "0", _us(free), _us(busy + free), "0",
                              "0", "0"]))
     return out
 
