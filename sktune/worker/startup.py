@@ -105,16 +105,21 @@ def checked_inputs(source: ModelSource, model: torch.nn.Module, names: list[str 
                    verify_names: tuple[str, ...], input_sets: int,
                    device: str | torch.device = "cpu") -> dict[str | None, list[tuple[torch.Tensor, ...]]]:
     """Each shape's input sets, checked as the contract asks (the same shapes and dtypes for
-    every seed; ``check_forward`` on the first), before anything is captured. Each
-    verify-only shape's are drawn and checked too: a name ``example_inputs`` refuses is a
-    mistake to stop at now, not one found after the whole search (reported as "not bitwise")."""
+    every seed; ``check_forward`` on the first shape, ``check_shape_forward`` on the others),
+    before anything is captured. Each verify-only shape's are drawn and checked too: a name
+    ``example_inputs`` refuses, or a forward that fails there, is a mistake to stop at now,
+    not one found after the whole search (reported as "not bitwise")."""
     drawn = {name: [tuple(t.to(device) for t in draw_inputs(source, seed, name)) for seed in range(input_sets)]
              for name in names}
     for name, inputs in drawn.items():
         check_same_signature(inputs, source.path, name)
-    for name in verify_names:  # drawn, checked and dropped: captured on first use (verify_only.py)
-        check_same_signature([draw_inputs(source, seed, name) for seed in range(input_sets)], source.path, name)
     check_forward(model, drawn[names[0]][0], source.path)
+    for name in names[1:]:
+        check_shape_forward(model, drawn[name][0], source.path, str(name))
+    for name in verify_names:  # drawn, checked and dropped: captured on first use (verify_only.py)
+        verify_inputs = [draw_inputs(source, seed, name) for seed in range(input_sets)]
+        check_same_signature(verify_inputs, source.path, name)
+        check_shape_forward(model, tuple(t.to(device) for t in verify_inputs[0]), source.path, name)
     return drawn
 
 
@@ -214,6 +219,22 @@ def check_forward(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path
             f"{again[0].output_index}: {again[0].count} elements, max {again[0].max_ulp} ULP). Bitwise "
             "verification needs a deterministic model (no dropout in train mode, no random ops in forward, "
             "no Python state that forward changes, such as a call counter)")
+
+
+def check_shape_forward(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path, shape: str) -> None:
+    """At a shape other than the first (``check_forward`` checked the model there): the eager
+    forward runs and returns elements. A failure names the shape; found here, not in capture's
+    traceback or as a plan "not bitwise" at the end of the search."""
+    try:
+        flat = flatten_outputs(_forward(model, inputs, path))
+    except ModelFileError as exc:
+        raise ModelFileError(f"at shape {shape!r} (example_inputs(0, shape={shape!r})): {exc}") from exc
+    except TypeError as exc:
+        raise ModelFileError(f"the forward of {path} must return tensors (at shape {shape!r}): {exc}") from exc
+    if all(t.numel() == 0 for t in flat):
+        raise ModelFileError(f"the forward of {path} returns no elements at shape {shape!r} (outputs of shape "
+                             f"{', '.join(str(tuple(t.shape)) for t in flat[:3]) or 'none'}): sktune verifies a plan "
+                             "by its outputs, so draw inputs of the sizes the model serves")
 
 
 def model_state(model: torch.nn.Module) -> dict[tuple[str, str], tuple[int, int]]:

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,31 @@ def test_a_forward_without_ops_has_nothing_to_fuse(tmp_path: Path) -> None:
     source = load_model_file(model_file(tmp_path, "return x"))
     with pytest.raises(CaptureError, match="runs no tensor operations .* nothing to fuse"):
         capture(build(source), draw_inputs(source, 0))
+
+
+@pytest.mark.parametrize(("shapes", "verify", "message"), [
+    # A tuned shape after the first and a verify-only shape are checked at start-up too: a crash
+    # there named no shape (capture's raw traceback), or ended the search as "not bitwise".
+    ({"ok": 0.5, "bad": 0.5}, None, "at shape 'bad' (example_inputs(0, shape='bad')): the model's forward raised"),
+    ({"ok": 1.0}, ["bad"], "at shape 'bad' (example_inputs(0, shape='bad')): the model's forward raised"),
+    ({"ok": 0.5, "empty": 0.5}, None, "returns no elements at shape 'empty'"),
+])
+def test_every_shape_runs_its_forward_at_start_up(tmp_path: Path, shapes: dict, verify: list | None,
+                                                  message: str) -> None:
+    path = tmp_path / "model.py"
+    sizes = {"ok": (4, 8), "bad": (4, 5), "empty": (0, 8)}
+    path.write_text(
+        "import torch\n\nclass M(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.lin = torch.nn.Linear(8, 8)\n\n"
+        "    def forward(self, x):\n        return self.lin(x)\n\n\n"
+        "def build_model():\n    return M()\n\n\n"
+        f"def input_shapes():\n    return {shapes!r}\n\n\n"
+        + (f"def verify_shapes():\n    return {verify!r}\n\n\n" if verify else "")
+        + f"def example_inputs(seed=0, shape='ok'):\n    g = torch.Generator().manual_seed(seed)\n"
+        f"    return (torch.randn(*{sizes!r}[shape], generator=g),)\n")
+    from sktune.load import shape_weights
+    from sktune.worker.startup import checked_inputs, verify_shape_names
+
+    source = load_model_file(path)
+    with torch.no_grad(), pytest.raises(ModelFileError, match=re.escape(message)):
+        checked_inputs(source, build(source), list(shape_weights(source)), verify_shape_names(source), 2)
