@@ -17,6 +17,7 @@ import random
 import socket
 import time
 import warnings
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -139,13 +140,20 @@ def may_be_alive(tag: dict[str, Any]) -> bool:
 
 
 def fail_orphaned_trials(study: optuna.Study, storage: BaseStorage) -> list[int]:
-    """Mark FAIL the RUNNING trials whose process on this host no longer exists
-    (``storage``: the one the study was opened on)."""
+    """Mark FAIL the RUNNING trials whose process on this host no longer exists, and those
+    that never got a worker tag although older than the grace period: a worker tags its trial
+    within milliseconds of taking it (``sampler.record_worker_at_ask``), so an untagged one is
+    a run stopped between the two (``storage``: the one the study was opened on)."""
     failed: list[int] = []
     study_id = storage.get_study_id_from_name(study.study_name)
+    now = datetime.now()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         tag = trial.user_attrs.get(TrialAttr.WORKER)
-        if not tag or may_be_alive(tag) or tag.get("pid") == os.getpid():
+        if not tag:
+            started = trial.datetime_start
+            if started is None or (now - started).total_seconds() < GRACE_PERIOD_S:
+                continue
+        elif may_be_alive(tag) or tag.get("pid") == os.getpid():
             continue
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         mark_interrupted(storage, trial_id)

@@ -524,3 +524,29 @@ def test_a_starting_point_with_overrides_is_done_only_by_a_trial_of_that_plan() 
     queued = study.get_trials(states=(WAITING,))[0]
     assert queued.user_attrs == {TrialAttr.ANCHOR: "fuse-all", TrialAttr.OPTION_OVERRIDES: {"cpp_wrapper": True}}
     assert [name for name, _ in queue.pending(study)] == ["other"]
+
+
+def test_a_trial_left_running_without_a_worker_tag_is_failed_once_past_the_grace_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C between Optuna's ask (the trial RUNNING) and the worker's tag left the trial
+    RUNNING forever, and its starting point was never measured: no later run looked at it."""
+    from datetime import datetime, timedelta
+
+    from sktune.tuning import storage as storage_module
+    from sktune.tuning.storage import GRACE_PERIOD_S, fail_orphaned_trials
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    backend = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=backend)
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING))
+    assert fail_orphaned_trials(study, backend) == []  # just taken: its worker is about to tag it
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz: object = None) -> datetime:  # type: ignore[override]
+            return datetime.now() + timedelta(seconds=GRACE_PERIOD_S + 1)
+
+    monkeypatch.setattr(storage_module, "datetime", Later)
+    assert fail_orphaned_trials(study, backend) == [0]
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    assert "interrupted" in study.trials[0].user_attrs[TrialAttr.FAILURE]
