@@ -79,6 +79,8 @@ def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, An
             "speedup": data["speedup"],
             "speedup_ci": data["speedup_ci"],
             "significant": data["significant"],
+            # Why the figures are a search trial's, not re-measured (a run stopped early...); else None.
+            "provisional": data.get("provisional"),
             # The plan fuses nothing: keep the model unfused, and why (tuning/finalists.py).
             "keep_unfused": data["best_fuses_nothing"],
             "keep_unfused_reason": data.get("keep_unfused_reason"),
@@ -122,6 +124,12 @@ def _verified_shapes(attrs: dict[str, Any], data: dict[str, Any]) -> dict[str, A
 
 
 def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
+    """The snippet's comment lines on what was measured; a reason of several lines (a
+    compiler's message) stays inside the comment."""
+    return [line.replace("\n", "\n# ") for line in _measured_lines(data, plan, input_sets)]
+
+
+def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
     # An emulated device's times come from its model, never from an NPU: say so on the figure itself.
     measured = ("Emulated (the emulated Ascend's model of a device, not an NPU measurement)"
                 if data.get("emulated") else "Measured")
@@ -132,6 +140,8 @@ def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
                 "# (This plan fuses nothing: every op runs as in eager mode.)"]
     lo, hi = data["speedup_ci"]
     verdict = "significant" if data["significant"] else "not significant: the interval includes 1"
+    if data.get("provisional"):  # a search trial's figure, the least of many noisy ones: biased low
+        verdict = f"PROVISIONAL: {data['provisional']}"
     verified = (f"outputs verified bitwise equal to the unfused model on {input_sets} input sets"
                 if data["verified_bitwise"] else "outputs NOT verified bitwise (the re-measurement disagreed)")
     spans = regions(data["n_ops"], plan.scopes)

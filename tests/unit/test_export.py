@@ -288,6 +288,23 @@ def test_inductor_snippet_names_the_measurement(tuned: TinyStudy) -> None:
     assert "95 % interval" in snippet and "torch.set_num_threads(1)" in snippet
 
 
+def test_a_provisional_best_and_a_reason_of_many_lines_stay_honest_in_the_snippet(tuned: TinyStudy) -> None:
+    """An export of a stopped study read "Measured: ... significant" from a search trial's figure;
+    a keep-unfused reason of several lines (a compiler's message) broke the snippet's Python."""
+    from sktune.report.export import _measured
+    from sktune.tuning.summary import summary
+
+    study = load_existing_study(tuned.name, tuned.storage)
+    data = summary(study)
+    plan = Plan.from_json(data["best_plan"])
+    provisional = {**data, "provisional": "no finalists' round has completed"}
+    text = "\n".join(_measured(provisional, plan, 3))
+    assert "PROVISIONAL: no finalists' round has completed" in text and "significant)" not in text
+    assert export_json(study)["provenance"]["provisional"] == data["provisional"]
+    unfused = {**data, "best_fuses_nothing": True, "keep_unfused_reason": "capture failed:\n  Explanation: ..."}
+    ast.parse("\n".join(_measured(unfused, plan, 3)))
+
+
 # -- the command line ------------------------------------------------------------------------
 def sktune(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sktune", *args], capture_output=True, text=True, cwd=cwd,
