@@ -75,6 +75,8 @@ def run_command(
         check_syntax(model.resolve())
         if summary_json is not None:
             check_output(summary_json, "--summary-json")
+        if warm_storage is not None and not warm_start:
+            raise SktuneError("--warm-storage names where the --warm-start studies are: give --warm-start too")
         settings = TuneSettings(
             model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, effort=effort.value,
             patience=patience, stop_early=not no_stop, probe=probe, compile_helper=compile_helper, timeout=timeout,

@@ -98,7 +98,7 @@ def make_storage(url: str) -> BaseStorage:
             return JournalStorage(JournalFileBackend(path))
         return _rdb_storage(url)
     except Exception as exc:
-        hint = ("; --storage takes a database URL that SQLAlchemy knows (sqlite:///FILE, postgresql://…, "
+        hint = ("; a storage is a database URL that SQLAlchemy knows (sqlite:///FILE, postgresql://…, "
                 "mysql://…) or journal:FILE" if type(exc).__name__ == "NoSuchModuleError" else "")
         raise SktuneError(f"cannot open storage {mask_url(url)}: {storage_error(exc, url)}{hint}") from None
 
@@ -191,6 +191,22 @@ def sqlite_file(url: str) -> str | None:
     if parsed.query.get("uri") == "true" and database.startswith("file:"):
         database = database.removeprefix("file:").split("?", 1)[0]
     return database
+
+
+def existing_study_names(storage: str) -> list[str]:
+    """The study names in ``storage``, read without creating it: [] where its file does not
+    exist or its database holds no Optuna tables (a storage only read, as a warm start's)."""
+    file = journal_path(storage) or sqlite_file(storage)
+    if file and not Path(file).is_file():
+        return []
+    if journal_path(storage) is None and not _holds_optuna_tables(storage):
+        return []
+    try:
+        return optuna.get_all_study_names(make_storage(storage))
+    except SktuneError:
+        raise
+    except Exception as exc:
+        raise SktuneError(f"cannot open storage {mask_url(storage)}: {storage_error(exc, storage)}") from None
 
 
 def load_existing_study(name: str, storage: str) -> optuna.Study:

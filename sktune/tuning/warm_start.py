@@ -28,7 +28,7 @@ from sktune.graph.structure import find_repeats
 from sktune.space.search_space import FUSE_ALL, NO_SCOPES, UNFUSED, SearchSpace
 from sktune.tuning.records import FUSE_EVERYTHING, StudyAttr, TrialAttr, top_records
 from sktune.tuning.space_setup import starting_points
-from sktune.tuning.storage import make_storage, mask_url
+from sktune.tuning.storage import existing_study_names, make_storage, mask_url
 from sktune.pipe.workload import Workload
 
 PLANS_PER_STUDY = 3  # the best distinct exact plans taken from each earlier study
@@ -115,7 +115,7 @@ def mapping_for(old: optuna.Study, workload: Workload, space: SearchSpace) -> st
 def check_warm_start_names(names: Sequence[str], storage: str, this_study: str) -> None:
     """Each ``--warm-start`` study exists, and none is this one (refused: SktuneError).
     ``sktune run`` checks this first, before a worker starts (it took seconds to minutes)."""
-    known = [n for n in optuna.get_all_study_names(make_storage(storage)) if n != this_study]
+    known = [n for n in existing_study_names(storage) if n != this_study]  # creates no storage
     for name in names:
         if name == this_study:
             raise SktuneError(f"--warm-start {name}: that is this study; resuming it needs no warm start")
@@ -129,8 +129,8 @@ def warm_plans(names: Sequence[str], storage: str, workload: Workload, space: Se
     """The best exact plans of each named study, mapped onto this graph (refused: SktuneError).
     A plan that is the same plan here as one before it (two studies' bests, or a refined
     best that only an override told apart) is marked ``same_as`` that one, and not queued."""
-    backend = make_storage(storage)
     check_warm_start_names(names, storage, this_study)
+    backend = make_storage(storage)
     domains = space.domains()
     out: list[WarmPlan] = []
     first_of: dict[str, str] = {}  # plan key -> the anchor of the first warm plan with it

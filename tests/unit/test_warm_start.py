@@ -163,3 +163,22 @@ def test_an_override_this_backend_does_not_have_is_refused() -> None:
     space = space_of(ops(2))
     with pytest.raises(SktuneError, match="trial 4 of study 'earlier' sets options this search space cannot"):
         carried_overrides(space, {"cpp_wrapper": True}, "earlier", 4)
+
+
+def test_a_warm_storage_is_only_read_never_created(tmp_path: Path) -> None:
+    """--warm-storage sqlite:///nothere.db left a database with Optuna's tables behind."""
+    from sktune.tuning.warm_start import check_warm_start_names
+
+    missing = tmp_path / "nothere.db"
+    with pytest.raises(SktuneError, match="no study named 'old'.*studies there: none"):
+        check_warm_start_names(["old"], f"sqlite:///{missing}", "new")
+    assert not missing.exists()
+
+
+def test_warm_storage_without_warm_start_is_refused(tmp_path: Path) -> None:
+    from tests.cli.test_cli import sktune as cli
+
+    model = Path(__file__).resolve().parents[1] / "models" / "tiny_norm.py"
+    result = cli("run", str(model), "--warm-storage", f"sqlite:///{tmp_path}/w.db", cwd=tmp_path)
+    assert result.returncode == 1 and "give --warm-start too" in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "w.db").exists() and not (tmp_path / "sktune.db").exists()
