@@ -94,6 +94,8 @@ def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, An
             "sktune_version": __version__,
             "model": attrs.get(StudyAttr.MODEL),
             "model_sha256": attrs.get(StudyAttr.MODEL_SHA256),
+            # Resumes across a changed model or machine (--allow-changed): trials on either side of one.
+            "resumed_across": attrs.get(StudyAttr.RESUMED_ACROSS) or [],
             "input_shapes": attrs.get(StudyAttr.INPUT_SHAPES),
             # Every shape the plan was verified bitwise on (sktune.apply warns at any other).
             "verified_shapes": _verified_shapes(attrs, data),
@@ -187,6 +189,8 @@ def export_python(study: optuna.Study, storage: str | None = None) -> str:
         f"# sktune export: study {study.study_name!r}, trial {data['best_trial']} "
         f"({backend} backend, torch {env.get('torch', '?')}{snippet.versions})",
         *_measured(data, plan, attrs.get(StudyAttr.INPUT_SETS)),
+        *[f"# Resumed across a change ({'; '.join(c['changed'])}) with --allow-changed: trials before it were "
+          "measured and verified on the model or machine as it was." for c in attrs.get(StudyAttr.RESUMED_ACROSS) or []],
         "# Use it as it was tuned: model.eval(), calls under torch.no_grad()" + snippet.usage,
     ]
     if data.get("best_fuses_nothing"):  # applying it would only add torch.compile's own cost per call

@@ -77,6 +77,8 @@ class StudyAttr:
     ENVIRONMENT = "environment"
     STARTUP_S = "startup_s"
     MODEL_SHA256 = "model_sha256"
+    # Each resume across a changed fingerprint (--allow-changed): [{at, model, model_sha256, changed}]
+    RESUMED_ACROSS = "resumed_across"
     INPUT_SHAPES = "input_shapes"
     SHAPES = "shapes"  # {name: {weight, input_shapes}} of a multi-shape study, heaviest first; absent: one shape
     WARM_START = "warm_start"  # the earlier studies whose best plans were enqueued, and how they were mapped

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+from datetime import datetime
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import (check_made_by_sktune, fail_orphaned_trials, make_storage, mask_url,
                                    storage_error)
 from sktune.pipe.workload import Workload
+
+log = logging.getLogger(__name__)
 
 Named = tuple[str, dict[str, Any]]  # (anchor name, parameters)
 CPU_KEYS = ("cpu_capability", "vec_isa")  # host_cpu.vector_facts, in a CPU backend's environment
@@ -147,7 +151,7 @@ def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_p
     queue = StartingQueue([*first, *starting_points(space, workload)], {**fuse_all, **(overrides or {})})
     existing = study.user_attrs.get(StudyAttr.SPACE)
     if existing is not None:
-        _check_resumable(study, existing, workload, space, settings, allow_changed)
+        _check_resumable(study, existing, workload, space, settings, allow_changed, model_path)
         requeue_stopped_seeds(study)  # before the starting points: a repair runs next (dcci_seed.py)
         queue.top_up(study)
         return queue
@@ -176,7 +180,8 @@ def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_p
 
 
 def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Workload,
-                     space: SearchSpace, settings: dict[str, Any], allow_changed: bool) -> None:
+                     space: SearchSpace, settings: dict[str, Any], allow_changed: bool,
+                     model_path: Path | None = None) -> None:
     name = study.study_name
     if existing != space.signature():
         raise SktuneError(
@@ -198,3 +203,13 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
             f"study {name!r} was created for another model or machine; changed: " + "; ".join(changed)
             + ". Use a new --study name, or --allow-changed to resume anyway"
         )
+    if changed:
+        # Said and kept: the trials before the change were measured, and verified bitwise, on the
+        # model or machine as it was; the export names the change beside the study's model.
+        log.warning("resuming study %r across a change (--allow-changed): %s. Its earlier trials were measured "
+                    "and verified bitwise before it; a best among them is re-timed here, not re-verified",
+                    name, "; ".join(changed))
+        now = {"at": datetime.now().isoformat(timespec="seconds"), "model": str(model_path),
+               "model_sha256": workload.model_sha256, "changed": changed}
+        if now["changed"] not in [c["changed"] for c in study.user_attrs.get(StudyAttr.RESUMED_ACROSS) or []]:
+            study.set_user_attr(StudyAttr.RESUMED_ACROSS, [*(study.user_attrs.get(StudyAttr.RESUMED_ACROSS) or []), now])

@@ -127,7 +127,11 @@ def test_changed_model_is_refused(tmp_path: Path) -> None:
     third = subprocess.run([sys.executable, "-m", "sktune", "run", *args, "--allow-changed"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=300)
     assert third.returncode == 0, third.stderr[-2000:]
+    assert "resuming study 's' across a change (--allow-changed): model_sha256" in third.stderr
     assert len(within_budget(finished(storage, "s"))) == 2
+    exported = subprocess.run([sys.executable, "-m", "sktune", "export", "--study", "s", "--storage", storage,
+                               "--format", "python"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0 and "# Resumed across a change (model_sha256" in exported.stdout
 
 
 @pytest.fixture

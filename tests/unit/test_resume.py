@@ -182,6 +182,10 @@ def test_a_changed_model_is_refused_unless_allowed(space: SearchSpace) -> None:
         prepare(study, describe("edited"), space, Path("m.py"), SETTINGS)
     prepare(study, describe("edited"), space, Path("m.py"), SETTINGS, allow_changed=True)
     assert len(study.get_trials(states=(WAITING,))) == 1  # nothing queued twice
+    # Kept, once per change, for the export to name (the study's model stays the one it was created on).
+    prepare(study, describe("edited"), space, Path("m2.py"), SETTINGS, allow_changed=True)
+    (change,) = study.user_attrs[StudyAttr.RESUMED_ACROSS]
+    assert change["model"] == "m.py" and change["changed"][0].startswith("model_sha256: ")
 
 
 def test_a_study_resumed_under_another_vector_capability_is_refused_unless_allowed(space: SearchSpace) -> None:
