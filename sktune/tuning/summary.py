@@ -217,7 +217,8 @@ def _fuses_nothing(out: dict[str, Any]) -> None:
     construction, and any measured difference between the two is noise. Say exactly that."""
     out.update(best_s=out["baseline_s"], speedup=1.0, speedup_ci=None, significant=False, search_speedup=1.0)
     for shape in (out.get("shapes") or {}).values():
-        shape.update(best_s=shape["baseline_s"], speedup=1.0, speedup_ci=None)
+        # search_speedup too: the regret below is against 1.0, and the line that shows it says so
+        shape.update(best_s=shape["baseline_s"], speedup=1.0, speedup_ci=None, search_speedup=1.0)
         # Keeping unfused is ratio 1 by construction: the regret is the fastest plan exact there.
         alone = [v for v in (shape.get("best_alone_speedup"), shape.get("yardstick_speedup")) if v is not None]
         if shape.get("regret") is not None and alone:

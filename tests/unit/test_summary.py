@@ -246,3 +246,14 @@ def test_a_best_named_by_its_search_trial_is_provisional_and_says_why(capsys: py
     assert "verify-only shapes (2: bs2, bs4; not timed): best plan bitwise at all" in page
     assert "its unfused µs" in page and "0 pruned or skipped" in page
     assert (data.comparison(summary(study))["baseline_s"] > 0).all()
+
+
+def test_keeping_unfused_gives_each_shape_a_regret_its_line_adds_up_to() -> None:
+    """The line read "regret +309.8 % at its search 1.35×" where the regret was against 1.0."""
+    from sktune.tuning.summary import _fuses_nothing
+
+    shape = {"baseline_s": 1e-3, "best_s": 7e-4, "speedup": 1.4, "speedup_ci": [1.2, 1.6], "search_speedup": 1.35,
+             "best_alone_speedup": 4.098, "yardstick_speedup": None, "regret": 4.098 / 1.35 - 1}
+    out = {"baseline_s": 1e-3, "shapes": {"n64": shape}}
+    _fuses_nothing(out)
+    assert shape["search_speedup"] == 1.0 and shape["regret"] == pytest.approx(4.098 / shape["search_speedup"] - 1)
