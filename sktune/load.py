@@ -197,7 +197,7 @@ def verify_shape_names(source: ModelSource) -> tuple[str, ...]:
     where = f"verify_shapes() in {source.path}"
     with user_code(where):
         declared = source.verify_shapes()
-    if not isinstance(declared, list):
+    if not isinstance(declared, (list, tuple)):
         raise ModelFileError(f"{where} must return a list of shape names, got {declared!r}.\n{SHAPES_CONTRACT}")
     tuned = shape_weights(source)
     names: list[str] = []

@@ -265,7 +265,7 @@ def _print_summary(data: dict[str, Any]) -> None:
     from rich.table import Table
 
     from sktune.tuning.host_time import host_time_lines
-    from sktune.tuning.verified import verify_shapes_line
+    from sktune.tuning.verified import fuse_all_bitwise, verify_shapes_line
     from sktune.tuning.records import speedup_interval, speedup_of
 
     def us(seconds: float | None) -> str:
@@ -282,7 +282,7 @@ def _print_summary(data: dict[str, Any]) -> None:
     if fuse_all:
         lo, hi = speedup_interval(fuse_all["ratio_ci"])
         table.add_row(fuse_all.get("anchor") or FUSE_ALL, us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
-                      f"{speedup_of(fuse_all['ratio']):.2f}× [{lo:.2f}, {hi:.2f}]", "yes" if fuse_all["bitwise"] else "no")
+                      f"{speedup_of(fuse_all['ratio']):.2f}× [{lo:.2f}, {hi:.2f}]", fuse_all_bitwise(fuse_all))
     if data["speedup"]:
         weighted = " (weighted)" if data.get("shapes") else ""
         table.add_row(f"best #{data['best_trial']}{weighted}", us(data["best_s"]), us(data["baseline_s"]),

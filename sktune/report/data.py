@@ -18,6 +18,7 @@ from sktune.graph.grouping import group_ops
 from sktune.plan import Plan
 from sktune.tuning.records import StudyAttr, TrialAttr, best_record, speedup_interval
 from sktune.tuning.shapes import exact_where_text
+from sktune.tuning.verified import fuse_all_bitwise
 
 # ---------------------------------------------------------------- 1. summary
 
@@ -55,7 +56,7 @@ def comparison(summary: dict[str, Any]) -> pd.DataFrame:
         lo, hi = fuse_all["ratio_ci"]
         rows.append({"plan": "fuse everything", "trial": fuse_all["trial"], "time_s": fuse_all["time_s"],
                      "baseline_s": fuse_all.get("baseline_s"), "ratio": fuse_all["ratio"], "ratio_lo": lo,
-                     "ratio_hi": hi, "verified": "yes" if fuse_all["bitwise"] else "no"})
+                     "ratio_hi": hi, "verified": fuse_all_bitwise(fuse_all)})
     if summary.get("best_s") is not None:
         # The inversion is its own inverse; a best that fuses nothing has no interval (it is the baseline).
         ratio_lo, ratio_hi = speedup_interval(summary["speedup_ci"]) if summary["speedup_ci"] else (None, None)

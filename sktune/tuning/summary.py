@@ -17,7 +17,7 @@ from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, StudyAttr, Trial
                                    speedup_interval, speedup_of)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
-from sktune.tuning.verified import capture_limit_warning, verify_summary
+from sktune.tuning.verified import capture_limit_warning, not_bitwise_at, verify_summary
 
 
 def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[PairedTiming, bool, str]:
@@ -162,6 +162,8 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing.baseline_s,
                            "time_s": timing.candidate_s, "ratio": timing.ratio,
                            "ratio_ci": list(timing.ratio_ci), "bitwise": fuse_all.feasible, "timing_source": source}
+        if at := not_bitwise_at(study, fuse_all.number):  # exact where tuned, not at a verify-only shape
+            out["fuse_all"].update(bitwise=False, not_bitwise_at=at)
         if out["best_s"] is not None and timing.ratio < 1 and out["baseline_s"]:
             # Share of fuse-everything's gain that the best exact plan keeps (ratios: same-run baselines).
             best_ratio = out["best_s"] / out["baseline_s"]

@@ -72,7 +72,7 @@ def describe_failure(number: int, outcomes: dict[str, Any]) -> dict[str, Any]:
     failed = first_failure(outcomes)
     assert failed is not None
     name, o = failed
-    why = o["reason"] or f"{o['mismatches']} output(s) differ"
+    why = o["reason"] or mismatch_words(o["mismatches"])
     return {"trial": number, "shape": name, "mismatches": o["mismatches"], "reason": o["reason"],
             "why": f"trial #{number} is not bitwise at verify-only shape {name!r} ({why})"}
 
@@ -101,6 +101,12 @@ def verify_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any
     }
 
 
+def not_bitwise_at(study: optuna.Study, trial: int) -> list[str]:
+    """The verify-only shapes where ``trial``'s plan was verified and found not bitwise."""
+    verified = {v["trial"]: v["shapes"] for v in study.user_attrs.get(StudyAttr.VERIFIED) or []}
+    return [name for name, o in (verified.get(trial) or {}).items() if not o.get("bitwise")]
+
+
 def capture_limit_warning(study: optuna.Study) -> str | None:
     """One line when the tuned plus verify-only shapes exceed the backend's ``capture_limit`` (npu: npugraph_ex's)."""
     backend = study.user_attrs.get(StudyAttr.BACKEND)
@@ -122,7 +128,34 @@ def verify_shapes_line(verify: dict[str, Any]) -> str:
     rejected = "".join(f"; passed over: {r['why']}" for r in verify["rejected"])
     if best is None:
         return f"verify-only shapes {', '.join(names)}: the best plan was not verified there{rejected}"
-    passed = [n for n in names if (best.get(n) or {}).get("bitwise")]
-    verdict = "bitwise at all" if len(passed) == len(names) else f"NOT bitwise at {len(names) - len(passed)}"
+    failed = [n for n in names if n in best and not best[n].get("bitwise")]
+    unchecked = [n for n in names if n not in best]  # verification stops at the first failure
+    why = "; ".join(f"{n}: {_first_line(best[n].get('reason')) or mismatch_words(best[n].get('mismatches'))}"
+                    for n in failed)
+    verdict = ("bitwise at all" if not failed and not unchecked else
+               f"NOT bitwise at {', '.join(failed)} ({why})" if failed else "not verified at all")
+    if unchecked and failed:
+        verdict += f"; not verified after it: {', '.join(unchecked[:5])}{', …' if len(unchecked) > 5 else ''}"
     return (f"verify-only shapes ({len(names)}: {', '.join(names)}; not timed): best plan {verdict}"
             f"{rejected}; verification took {verify['seconds']:.1f} s")
+
+
+def fuse_all_bitwise(fuse_all: dict[str, Any]) -> str:
+    """The summary's ``fuse_all`` bitwise cell: yes, no, or where it was not (a verify-only shape)."""
+    if fuse_all["bitwise"]:
+        return "yes"
+    at = fuse_all.get("not_bitwise_at")
+    return f"no (at verify-only {', '.join(at)})" if at else "no"
+
+
+def mismatch_words(count: int | None) -> str:
+    """A mismatch count in words: outputs that differ, summed over the input sets verified."""
+    return f"{count or 0} output mismatch(es) over its input sets"
+
+
+def _first_line(reason: str | None, limit: int = 160) -> str | None:
+    """A reason's first line, cut to ``limit`` characters (a compiler's message runs to pages)."""
+    if not reason:
+        return None
+    line = reason.strip().splitlines()[0]
+    return line if len(line) <= limit else line[:limit - 1] + "…"

@@ -28,11 +28,12 @@ def test_verify_only_names_in_the_model_s_order(tmp_path: Path) -> None:
     assert shape_weights(source) == {"bs1": 0.6, "bs8": 0.4}  # never among the tuned shapes
     assert verify_shape_names(load_model_file(model_file(tmp_path, None))) == ()
     assert verify_shape_names(load_model_file(model_file(tmp_path, "[]"))) == ()
+    assert verify_shape_names(load_model_file(model_file(tmp_path, "('bs2', 'bs4')"))) == ("bs2", "bs4")
     assert "def verify_shapes() -> list[str]" in SHAPES_CONTRACT
 
 
 @pytest.mark.parametrize(("verify", "message"), [
-    ("('bs2', 'bs4')", r"must return a list of shape names, got \('bs2', 'bs4'\)"),
+    ("'bs2'", "must return a list of shape names, got 'bs2'"),
     ("{'bs2': 1.0}", "must return a list of shape names"),
     ("['bs2', 4]", "shape name 4 must be a non-empty string"),
     ("['bs2', '']", "shape name '' must be a non-empty string"),
@@ -65,3 +66,20 @@ def test_shapes_flag_cannot_pick_a_verify_only_shape(tmp_path: Path) -> None:
         shape_weights(source, ("bs1", "bs4"))
     with pytest.raises(ModelFileError, match="--shapes: bs3 not among the shapes"):
         shape_weights(source, ("bs3",))
+
+
+def test_the_verify_line_names_where_and_why_a_plan_is_not_bitwise() -> None:
+    """It read "best plan NOT bitwise at 1" with no shape and no reason; fuse-all read "yes"
+    after a verify-only shape turned it down."""
+    from sktune.tuning.verified import fuse_all_bitwise, verify_shapes_line
+
+    best = {"big": {"bitwise": False, "mismatches": 0, "reason": "capture different graphs: op 1 is tanh\n..."},
+            "n37": {"bitwise": True, "mismatches": 0, "reason": None}}
+    verify = {"shapes": ["n37", "big", "n100"], "best": best, "rejected": [], "seconds": 1.0}
+    line = verify_shapes_line(verify)
+    assert "NOT bitwise at big (big: capture different graphs: op 1 is tanh)" in line
+    assert "not verified after it: n100" in line and "..." not in line
+    best["big"] = {"bitwise": False, "mismatches": 3, "reason": None}
+    assert "big: 3 output mismatch(es) over its input sets" in verify_shapes_line(verify)
+    assert fuse_all_bitwise({"bitwise": False, "not_bitwise_at": ["n37"]}) == "no (at verify-only n37)"
+    assert fuse_all_bitwise({"bitwise": True}) == "yes" and fuse_all_bitwise({"bitwise": False}) == "no"
