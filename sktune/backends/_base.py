@@ -167,7 +167,8 @@ class Backend(ABC):
         return bool(spans)
 
     @classmethod
-    def export_snippet(cls, plan: Plan, environment: dict[str, Any], threads: int) -> ExportSnippet:
+    def export_snippet(cls, plan: Plan, environment: dict[str, Any], threads: int,
+                       shapes: int = 1) -> ExportSnippet:
         """The paste-ready form of ``plan`` (``sktune export``); by default ``sktune.apply``,
         which inserts the plan into the captured graph for any backend."""
         return ExportSnippet(f", {threads} thread(s)", f", torch.set_num_threads({threads}).",

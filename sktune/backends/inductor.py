@@ -114,8 +114,9 @@ class InductorBackend(Backend):
         return super().option_changes_plan(option, spans, unit_starts, legal)
 
     @classmethod
-    def export_snippet(cls, plan: Plan, environment: dict[str, Any], threads: int) -> ExportSnippet:
-        default = super().export_snippet(plan, environment, threads)
+    def export_snippet(cls, plan: Plan, environment: dict[str, Any], threads: int,
+                       shapes: int = 1) -> ExportSnippet:
+        default = super().export_snippet(plan, environment, threads, shapes)
         # Exactness follows vector width: name the CPU it was verified on (host_cpu.py).
         where = (f"# Verified bitwise on {environment['cpu']} ({environment['cpu_capability']} vectors); on a CPU "
                  "with other vectors, verify it again: sktune run there.",) if "cpu_capability" in environment else ()

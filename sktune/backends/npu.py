@@ -148,13 +148,18 @@ class NpuBackend(Backend):
 
     # -- applying a plan -----------------------------------------------------------
     @classmethod
-    def export_snippet(cls, plan: Plan, environment: dict[str, Any], threads: int) -> ExportSnippet:
+    def export_snippet(cls, plan: Plan, environment: dict[str, Any], threads: int,
+                       shapes: int = 1) -> ExportSnippet:
         """The tuned SuperKernel options as an ``OPTIONS`` literal for ``torch.compile``; the
-        scopes go into the user's source (``sktune export --format patch``) or via ``sktune.apply``."""
+        scopes go into the user's source (``sktune export --format patch``) or via ``sktune.apply``.
+        ``shapes``: how many the model declares (tuned and verify-only); past npugraph_ex's
+        ``capture_limit`` the options raise it, or a graph past the limit runs eager."""
         import pprint
 
         version = environment.get("torch_npu") or DEFAULT_TORCH_NPU
         options = cls(torch_npu_version_=version).compile_options(plan)
+        if cls.capture_limit is not None and shapes > cls.capture_limit:
+            options = {"capture_limit": shapes, **options}
         literal = "OPTIONS = " + pprint.pformat(options, sort_dicts=False, width=90).replace("\n", "\n" + " " * 10)
         return ExportSnippet(
             f", torch_npu {environment.get('torch_npu', '?')}", ".",

@@ -101,6 +101,8 @@ def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, An
             "verified_shapes": _verified_shapes(attrs, data),
             # Those of verified_shapes that were only verified, never timed or tuned at (verify_shapes()).
             "verify_only_shapes": (data.get("verify_shapes") or {}).get("shapes"),
+            # npu: more shapes than npugraph_ex captures by default (the python snippet raises capture_limit).
+            "capture_limit_warning": data.get("capture_limit_warning"),
             "shapes": data.get("shapes"),
             "n_ops": len(attrs.get(StudyAttr.OPS, [])),
             "op_types": [op["target"] for op in attrs.get(StudyAttr.OPS, [])],
@@ -184,7 +186,8 @@ def export_python(study: optuna.Study, storage: str | None = None) -> str:
     attrs = study.user_attrs
     env = attrs.get(StudyAttr.ENVIRONMENT) or {}
     backend = attrs.get(StudyAttr.BACKEND)
-    snippet = backend_class(backend).export_snippet(plan, env, attrs.get(StudyAttr.THREADS, 1))
+    shapes = (len(attrs.get(StudyAttr.SHAPES) or {}) or 1) + len(attrs.get(StudyAttr.VERIFY_SHAPES) or [])
+    snippet = backend_class(backend).export_snippet(plan, env, attrs.get(StudyAttr.THREADS, 1), shapes)
     head = [
         f"# sktune export: study {study.study_name!r}, trial {data['best_trial']} "
         f"({backend} backend, torch {env.get('torch', '?')}{snippet.versions})",

@@ -360,3 +360,13 @@ def test_cli_patch_refusal_points_to_apply(straight, tmp_path: Path) -> None:
                     cwd=tmp_path)
     assert result.returncode == 1 and "sktune.apply(" in result.stderr and "Traceback" not in result.stderr
     assert "no single function holds it" in result.stderr and result.stdout == ""
+
+
+def test_the_npu_snippet_raises_capture_limit_past_the_shapes_declared() -> None:
+    """Past npugraph_ex's capture_limit (64) a graph runs eager: the warning said so, and the
+    snippet a user pastes still left it at 64."""
+    plan = Plan.make([Scope(0, 1, "a")], {})
+    env = {"torch_npu": "2.14.0"}
+    at_limit = "\n".join(NpuBackend.export_snippet(plan, env, 1, shapes=64).before_plan)
+    past = "\n".join(NpuBackend.export_snippet(plan, env, 1, shapes=65).before_plan)
+    assert "capture_limit" not in at_limit and "'capture_limit': 65" in past
