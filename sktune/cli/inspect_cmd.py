@@ -23,17 +23,21 @@ def inspect_command(
 
         from sktune.graph.capture import capture
         from sktune.graph.structure import find_repeats
-        from sktune.load import build, load_model_file, shape_weights, verify_shape_names
+        from sktune.load import build, draw_inputs, load_model_file, shape_weights, verify_shape_names
         from sktune.tuning.settings import DEFAULT_INPUT_SETS
         from sktune.worker.startup import check_same_ops, checked_inputs
 
         source = load_model_file(model)
         built = build(source)
         shapes: list[str | None] = list(shape_weights(source)) or [None]
+        verify_only = verify_shape_names(source)
         with torch.no_grad():  # checked as `sktune run` checks them; each shape its own graph
-            drawn = checked_inputs(source, built, shapes, verify_shape_names(source), DEFAULT_INPUT_SETS)
+            drawn = checked_inputs(source, built, shapes, verify_only, DEFAULT_INPUT_SETS)
             graphs = {name: capture(built, drawn[name][0]) for name in shapes}
-        for name in shapes[1:]:  # op indices must mean the same ops at every shape (run refuses otherwise)
+            # A run captures a verify-only shape only when it verifies a plan there, at the end of
+            # the search; a graph of other ops there is found here at once.
+            graphs.update({name: capture(built, draw_inputs(source, 0, name)) for name in verify_only})
+        for name in [*shapes[1:], *verify_only]:  # op indices must mean the same ops at every shape
             check_same_ops(graphs[shapes[0]], graphs[name], shapes[0], name)
         graph = graphs[shapes[0]]
         description = graph.describe()
@@ -42,6 +46,7 @@ def inspect_command(
             {"container": repeats.container, "units": [list(u) for u in repeats.units]} if repeats else None
         )
         description["shapes"] = None if shapes == [None] else shapes  # captured at each, the same ops
+        description["verify_only_shapes"] = list(verify_only)  # captured too, the same ops
     if as_json:
         typer.echo(json.dumps(description))
         return
@@ -58,6 +63,9 @@ def inspect_command(
     if len(shapes) > 1:
         console.print(f"shapes: the same {len(graph.ops)} ops at each of {', '.join(map(str, shapes))} "
                       f"(captured at each; sources as at {shapes[0]!r})", highlight=False)
+    if verify_only:
+        console.print(f"verify-only shapes: the same ops at each of {', '.join(verify_only)} (captured here; a run "
+                      "verifies the best plans there bitwise, untimed)", highlight=False)
     if repeats:
         console.print(f"repeated units: {len(repeats.units)} × {repeats.length} ops under {repeats.container!r} "
                       f"(ops {repeats.units[0][0]}..{repeats.units[-1][1]}): one cut pattern is tuned and stamped")

@@ -37,6 +37,9 @@ def test_inspect_captures_every_shape_and_refuses_shapes_that_run_other_ops(test
     refused = sktune("inspect", str(test_models / "shape_branch.py"), "--json")
     assert refused.returncode == 1 and refused.stdout == "" and "Traceback" not in refused.stderr
     assert "shapes 'bs1' and 'bs4' capture different graphs: op 0 is tanh" in refused.stderr
+    verify = sktune("inspect", str(test_models / "verify_widths.py"), "--json")  # verify-only shapes captured too
+    assert verify.returncode == 0, verify.stderr
+    assert json.loads(verify.stdout)["verify_only_shapes"] == ["w32", "w37"]
 
 
 def test_inspect_finds_the_repeated_layers_of_the_decoder_stack() -> None:
