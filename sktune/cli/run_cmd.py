@@ -179,6 +179,8 @@ class _Progress:
 
     def on_ready(self, study: Any, workload: Workload) -> None:
         self._warn_of_other_workers(study)
+        if line := resuming_line(study):
+            self.progress.console.print(line, highlight=False)
         self.progress.update(self.task, description=f"{study.study_name}: {len(workload.ops)} ops, tuning…")
 
     def _warn_of_other_workers(self, study: Any) -> None:
@@ -222,6 +224,22 @@ class _Progress:
                 if best else study.study_name)
         self.progress.update(self.task, advance=1, description=text)
         self._warn_of_other_workers(study)
+
+
+def resuming_line(study: Any) -> str | None:
+    """``resuming study 'S': 12 trials done earlier (9 exact); best exact so far 1.83× (trial 10)``,
+    or None for a study with no finished trial (a new one)."""
+    from optuna.trial import TrialState
+
+    from sktune.tuning.records import best_record, is_exact, speedup_of
+
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+    if not done:
+        return None
+    exact = sum(1 for t in done if is_exact(t))
+    best = best_record(study)
+    so_far = f"; best exact so far {speedup_of(best.ratio):.2f}× (trial {best.number})" if best and best.ratio else ""
+    return f"resuming study {study.study_name!r}: {len(done)} trials done earlier ({exact} exact){so_far}"
 
 
 def _speedup(row: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from sktune.graph.grouping import group_ops
 from sktune.plan import Plan
 from sktune.measure.stats import PairedTiming
 from sktune.pipe.protocol import ConfirmRequest, ProfileRequest, WorkerFailure
-from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record,
+from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
                                    speedup_of, top_records)
 from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
 from sktune.tuning.supervisor import SupervisedWorker
@@ -36,6 +36,7 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     that is not is passed over for the next (``named_after_verification``).
     """
     finalists = top_records(study, top)
+    finalists += _previous_best(study, finalists)
     fuse_all = anchor_record(study, FUSE_ALL)
     unfused = anchor_record(study, "unfused")
     unfused = unfused if unfused is not None and unfused.feasible else None
@@ -73,6 +74,19 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
         study.set_user_attr(StudyAttr.CONFIRM_BEST, verdict)
     if fuse_all is not None:
         study.set_user_attr(StudyAttr.CONFIRM_FUSE_ALL, {**entry[fuse_all.number], "bitwise": fuse_all.feasible})
+
+
+def _previous_best(study: optuna.Study, finalists: list[TrialRecord]) -> list[TrialRecord]:
+    """The plan an earlier round named best, when it is not among ``finalists`` by search
+    value (a resumed run with a smaller --effort takes fewer): re-measured beside them, so
+    a resume cannot overturn that verdict without timing it again."""
+    number = (study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}).get("trial")
+    if number is None or any(r.number == number for r in finalists):
+        return []
+    previous = next((r for r in records(study) if r.number == number), None)
+    if previous is None or not previous.feasible or any(r.plan == previous.plan for r in finalists):
+        return []
+    return [previous]
 
 
 def named_after_verification(study: optuna.Study, worker: SupervisedWorker, timeout: float, names: tuple[str, ...],

@@ -309,3 +309,15 @@ def test_resuming_with_another_backend_is_refused_before_a_worker_starts(test_mo
     assert "study 'on_npu' was tuned with backend npu, not inductor" in result.stderr
     assert "Resume it with --backend npu" in result.stderr and "starting worker" not in result.stderr
     assert len(optuna.load_study(study_name="on_npu", storage=storage).trials) == 0
+
+
+def test_a_resumed_study_says_so_with_what_was_done() -> None:
+    from sktune.cli.run_cmd import resuming_line
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(study_name="s")
+    assert resuming_line(study) is None  # a new study
+    for value, mismatches in ((0.8, 0.0), (0.5, 2.0)):  # exact, then not bitwise
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs={"plan": {"scopes": []}},
+                                                  constraints={"bitwise": mismatches}))
+    assert resuming_line(study).startswith("resuming study 's': 2 trials done earlier (1 exact)")

@@ -136,3 +136,20 @@ def test_keep_unfused_without_an_exact_unfused_trial_names_no_fused_plan() -> No
     assert out["best_plan"] is None and "not wholly below 1.0" in out["keep_unfused_reason"]
     with pytest.raises(ExportError, match="keep the model as it is, unfused"):
         export_json(study)
+
+
+def test_a_resumed_round_with_fewer_finalists_still_times_the_best_it_named() -> None:
+    """A resume with --effort quick took the top 1 by search value and overturned the named
+    best without timing it again."""
+    study = make_study()
+    run_round(study, (0.80, 0.90))
+    assert best_record(study).number == 2  # named by the round, at 0.85
+    lucky = dict(study.trials[2].user_attrs, plan=_plan([("sk0", 0, 0), ("sk1", 1, 3)]),
+                 timing=timing(0.5, 0.45, 0.55))
+    study.add_trial(optuna.trial.create_trial(  # a later search trial ahead of it by search value
+        value=0.5, params={"block:0": "cut"}, distributions=study.trials[2].distributions, user_attrs=lucky,
+        constraints={"bitwise": 0.0}))
+    worker = FakeWorker([(UNFUSED, timing(1.0, 0.97, 1.03)), (FUSE_ALL, timing(1.05, 1.0, 1.1)),
+                         (CUT, timing(0.85, 0.80, 0.90)), (lucky["plan"], timing(1.1, 1.0, 1.2))])
+    confirm_finalists(study, worker, timeout=10.0, top=1)  # type: ignore[arg-type]
+    assert CUT in worker.rounds[-1]["plans"] and best_record(study).number == 2
