@@ -333,7 +333,9 @@ def _print_summary(data: dict[str, Any]) -> None:
             console.print(f"[yellow]provisional: {data['provisional']}[/]", highlight=False)
     console.print(
         f"trials: {data['n_trials']} ({data['n_complete']} complete, {data['n_infeasible']} infeasible "
-        f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed; "
+        f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed"
+        + (f", {data['n_interrupted']} interrupted (their run stopped; their plans run again)"
+           if data.get("n_interrupted") else "") + "; "
         f"{data.get('n_reused', 0)} reused an earlier trial of the same plan, not compiled); "
         f"verified on {data['input_sets']} input sets; {data['threads']} thread(s)"
         + (f" on {data['cpu']['name']} ({data['cpu']['capability']} vectors)" if data.get("cpu") else "")

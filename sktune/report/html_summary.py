@@ -34,7 +34,9 @@ def summary_section(study: optuna.Study, summary: dict[str, Any]) -> str:
         if rows else '<p class="note">No complete trial yet.</p>'
     counts = (f"{summary['n_trials']} trials: {summary['n_complete']} complete "
               f"({summary['n_infeasible']} not bitwise-exact), {summary['n_pruned']} pruned or skipped, "
-              f"{summary['n_failed']} failed.")
+              f"{summary['n_failed']} failed"
+              + (f", {summary['n_interrupted']} interrupted (their run stopped; their plans run again)"
+                 if summary.get("n_interrupted") else "") + ".")
     remeasured = "The best" + (" and fuse-everything" if summary.get("fuse_all") else "")
     source = {"re-measured": f"{remeasured} times were re-measured after the search "
                              "(the search's minimum is biased low)",

@@ -12,8 +12,8 @@ from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
 from sktune.space.search_space import UNFUSED
-from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, StudyAttr, TrialAttr, TrialRecord, anchor_record,
-                                   best_record, interrupted, is_yardstick, plan_of, records, reused,
+from sktune.tuning.records import (FINISHED, FUSE_ALL, INTERRUPTED, REFINED, StudyAttr, TrialAttr, TrialRecord,
+                                   anchor_record, best_record, interrupted, is_yardstick, plan_of, records, reused,
                                    speedup_interval, speedup_of)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
@@ -47,10 +47,16 @@ def _provisional(study: optuna.Study, best: int, source: str) -> str | None:
             "run's): its figures are the search trial's, biased low; the last worker to finish re-measures it")
 
 
+def _interrupted(r: TrialRecord) -> bool:
+    """Failed because its run stopped (``records.interrupted``, on a record)."""
+    return r.state == "FAIL" and (not r.failure or r.failure.startswith(INTERRUPTED))
+
+
 def failure_reasons(recs: list[TrialRecord], top: int = 3) -> list[list[Any]]:
     """The most frequent reasons why trials failed, ``[[reason, count], ...]``: where a run
     that produced no result says why (e.g. every trial hung past --trial-timeout)."""
-    reasons = Counter((r.failure or "no reason recorded").splitlines()[0][:160] for r in recs if r.state == "FAIL")
+    reasons = Counter((r.failure or "no reason recorded").splitlines()[0][:160] for r in recs
+                      if r.state == "FAIL" and not _interrupted(r))
     return [[reason, count] for reason, count in reasons.most_common(top)]
 
 
@@ -102,7 +108,9 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         # A yardstick is never feasible (measured at one shape only): counted apart (tuning/yardsticks.py).
         "n_infeasible": sum(1 for r in complete if not r.feasible and r.number not in yardsticks),
         "n_yardsticks": len(yardsticks),
-        "n_failed": sum(1 for r in recs if r.state == "FAIL"),
+        # A trial its stopped run failed says nothing of its plan (it runs again): counted apart.
+        "n_failed": sum(1 for r in recs if r.state == "FAIL" and not _interrupted(r)),
+        "n_interrupted": sum(1 for r in recs if _interrupted(r)),
         "failure_reasons": failure_reasons(recs),
         "n_pruned": sum(1 for r in recs if r.state == "PRUNED"),
         # Counted above too, by the state they took: each reused an earlier trial of its plan (tuning/reuse.py).

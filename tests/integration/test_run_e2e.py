@@ -34,7 +34,7 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
     assert SUMMARY_KEYS <= set(data)
     assert data["study"] == "e2e" and data["backend"] == "inductor" and data["input_sets"] == 3
     # 7 trials, plus the best plan tried once with each costly option value (tuning/refine.py)
-    assert data["n_trials"] in (7, 8) and data["n_complete"] + data["n_failed"] + data["n_pruned"] == data["n_trials"]
+    assert data["n_trials"] in (7, 8) and data["n_complete"] + data["n_failed"] + data["n_interrupted"] + data["n_pruned"] == data["n_trials"]
     assert data["verified_bitwise"] is True
     lo, hi = data["speedup_ci"]
     assert lo <= data["speedup"] <= hi

@@ -257,3 +257,19 @@ def test_keeping_unfused_gives_each_shape_a_regret_its_line_adds_up_to() -> None
     out = {"baseline_s": 1e-3, "shapes": {"n64": shape}}
     _fuses_nothing(out)
     assert shape["search_speedup"] == 1.0 and shape["regret"] == pytest.approx(4.098 / shape["search_speedup"] - 1)
+
+
+def test_a_trial_its_stopped_run_failed_is_interrupted_not_failed() -> None:
+    """"1 failed" with "interrupted: its sktune process was killed" as the most frequent reason:
+    a stopped run says nothing of a plan, and the plan runs again."""
+    from sktune.tuning.records import TrialAttr
+    from sktune.tuning.summary import summary
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study()
+    for reason in ("interrupted: its sktune process was killed", "hang: past --trial-timeout"):
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL,
+                                                  user_attrs={TrialAttr.FAILURE: reason}))
+    out = summary(study)
+    assert (out["n_failed"], out["n_interrupted"]) == (1, 1)
+    assert out["failure_reasons"] == [["hang: past --trial-timeout", 1]]
