@@ -111,9 +111,12 @@ def load_model_file(path: str | Path) -> ModelSource:
         if isinstance(exc.__cause__, SyntaxError):  # in a module the model file imports
             raise ModelFileError(syntax_error_message(exc.__cause__, path)) from exc.__cause__
         raise
-    missing = [name for name in ("build_model", "example_inputs") if not callable(getattr(module, name, None))]
+    missing = [name for name in ("build_model", "example_inputs") if not hasattr(module, name)]
     if missing:
         raise ModelFileError(f"{path} does not define {' and '.join(missing)}.\n{CONTRACT}")
+    if not_functions := [name for name in ("build_model", "example_inputs") if not callable(getattr(module, name))]:
+        raise ModelFileError(f"{' and '.join(not_functions)} in {path} must be a function, got "
+                             f"{type(getattr(module, not_functions[0])).__name__}.\n{CONTRACT}")
     check_callable_as(module.build_model, (), {}, f"build_model in {path} must take no arguments", CONTRACT)
     shapes = getattr(module, "input_shapes", None)
     if shapes is not None and not callable(shapes):

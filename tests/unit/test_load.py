@@ -260,3 +260,10 @@ def test_every_shape_runs_its_forward_at_start_up(tmp_path: Path, shapes: dict, 
     source = load_model_file(path)
     with torch.no_grad(), pytest.raises(ModelFileError, match=re.escape(message)):
         checked_inputs(source, build(source), list(shape_weights(source)), verify_shape_names(source), 2)
+
+
+def test_a_contract_name_that_is_not_a_function_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("import torch\n\ndef build_model():\n    return torch.nn.Identity()\n\nexample_inputs = 3\n")
+    with pytest.raises(ModelFileError, match="example_inputs in .* must be a function, got int"):
+        load_model_file(path)
