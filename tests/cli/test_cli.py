@@ -248,6 +248,9 @@ def test_the_best_is_compared_with_each_starting_point_the_summary_lists() -> No
     assert starting_points_line({"best_trial": 5, "anchors": anchors}) == (
         "best vs the starting points: fuse-all 1.20× (not bitwise); safe-runs 1.10×")
     assert starting_points_line({"best_trial": 5, "anchors": []}) is None
+    lucky = {**point("gap-top-half", 3, 0.95), "timing_source": "search"}  # a search minimum, never re-timed
+    assert starting_points_line({"best_trial": 5, "anchors": [lucky]}) == (
+        "best vs the starting points: gap-top-half 0.95× (its search figure, not re-timed)")
     assert starting_points_line({"best_trial": None, "anchors": anchors}) is None
 
 
