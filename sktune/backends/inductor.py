@@ -128,8 +128,9 @@ class InductorBackend(Backend):
             # The trials call the captured graph directly; torch.compile's Dynamo checks its
             # guards on every call, a fixed cost the table's times do not hold (docs/measured.md).
             "# The times above call the captured graph directly. Through torch.compile every call also pays",
-            "# Dynamo's guard check, a fixed cost per call: on a model whose step takes tens of microseconds,",
-            "# time the model as you will call it.",
+            "# Dynamo's guard check, a fixed cost per call (tens of microseconds and more on a loaded machine:",
+            "# a plan timed 1.8x faster has run slower than eager this way). Time the model as you will call",
+            "# it: benchmarks/call_overhead.py MODEL.py --plan EXPORT.json (docs/measured.md).",
             *default.before_plan))
 
     def environment(self) -> dict[str, str]:
