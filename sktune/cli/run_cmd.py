@@ -312,8 +312,9 @@ def _print_summary(data: dict[str, Any]) -> None:
                       _speedup(data), "yes" if data["verified_bitwise"] else "NO")
     for name, shape in (data.get("shapes") or {}).items():  # the one plan at each served shape
         against = " vs yardstick" if shape.get("regret_against") == "yardstick" else ""  # else: best alone
-        regret = "" if shape["regret"] is None else (
-            f", regret {shape['regret']:+.1%}{against} at its search {shape['search_speedup']:.2f}×")
+        timed = (" (both re-measured)" if shape.get("regret_timing") == "re-measured"
+                 else f" at its search {shape['search_speedup']:.2f}×")
+        regret = "" if shape["regret"] is None else f", regret {shape['regret']:+.1%}{against}{timed}"
         table.add_row(f"  at {name} (weight {shape['weight']:g}{regret})", us(shape["best_s"]), us(shape["baseline_s"]),
                       _speedup(shape), "yes" if shape["verified_bitwise"] else "NO")
         if shape.get("yardstick_trial") is not None:  # that shape's own candidate, measured there only

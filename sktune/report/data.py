@@ -83,7 +83,7 @@ def shapes(summary: dict[str, Any]) -> pd.DataFrame:
     alone: the search's best trial exact there and the shape's yardstick (tuning/yardsticks.py)."""
     columns = ["shape", "weight", "baseline_s", "best_s", "speedup", "speedup_lo", "speedup_hi", "bitwise",
                "search_speedup", "best_alone_trial", "best_alone_speedup", "yardstick_trial", "yardstick_speedup",
-               "yardstick_exact", "regret", "regret_against"]
+               "yardstick_exact", "regret", "regret_against", "regret_timing"]
     rows = [{"shape": name, "weight": s["weight"], "baseline_s": s["baseline_s"], "best_s": s["best_s"],
              "speedup": s["speedup"], "speedup_lo": (s["speedup_ci"] or [None])[0],
              "speedup_hi": (s["speedup_ci"] or [None, None])[1],
@@ -92,7 +92,8 @@ def shapes(summary: dict[str, Any]) -> pd.DataFrame:
              "best_alone_speedup": s.get("best_alone_speedup"), "yardstick_trial": s.get("yardstick_trial"),
              "yardstick_speedup": s.get("yardstick_speedup"),
              "yardstick_exact": exact_where_text(s.get("yardstick_exact")),  # "" where none ran
-             "regret": s.get("regret"), "regret_against": s.get("regret_against")}
+             "regret": s.get("regret"), "regret_against": s.get("regret_against"),
+             "regret_timing": s.get("regret_timing")}
             for name, s in (summary.get("shapes") or {}).items()]
     return pd.DataFrame(rows, columns=columns)
 

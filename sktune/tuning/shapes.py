@@ -8,7 +8,7 @@ reader of a trial's ratio (best, finalists, report) sees the weighted score.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,12 +104,18 @@ def exact_where_text(where: Mapping[str, list[str]] | None) -> str:
 
 
 def shapes_summary(study_shapes: Mapping[str, Any], chosen: Mapping[str, Any], searched: Mapping[str, Any],
-                   trials: list[Any]) -> dict[str, dict[str, Any]]:
+                   trials: list[Any], plan_trial: int | None = None,
+                   finalists: Sequence[Mapping[str, Any]] = ()) -> dict[str, dict[str, Any]]:
     """The summary's ``shapes``: per shape, the one plan's times (``chosen``: re-measured when
     it was) and its regret against the best plan for that shape alone (search times, both):
-    the faster of the search's best trial exact there and the shape's yardsticks (tuning/yardsticks.py)."""
+    the faster of the search's best trial exact there and the shape's yardsticks (tuning/yardsticks.py).
+    Where the plan (``plan_trial``) and that best were both re-measured in the finalists' round
+    (``finalists``: its entries), the regret compares those figures (``regret_timing``): a
+    search minimum that lost its re-measurement made "+44 %" of a plan the round found as fast."""
     alone, chosen_at, searched_at = best_alone(trials), outcomes_of(chosen), outcomes_of(searched)
     yard, by_number = best_alone(trials, yardsticks=True), {t.number: t for t in trials}
+    again = {(f["trial"], name): PairedTiming.from_json(o["timing"]).ratio  # (trial, shape) -> re-measured ratio
+             for f in finalists for name, o in (f.get("shapes") or {}).items()}
     out: dict[str, dict[str, Any]] = {}
     for name, declared in study_shapes.items():
         o, s = chosen_at.get(name), searched_at.get(name)
@@ -135,6 +141,9 @@ def shapes_summary(study_shapes: Mapping[str, Any], chosen: Mapping[str, Any], s
         if candidates and s is not None:
             ratio, against = min(candidates)
             # How much slower the one plan is at this shape than the best plan for it alone.
-            entry.update(regret=s.timing.ratio / ratio - 1.0, regret_against=against)
+            entry.update(regret=s.timing.ratio / ratio - 1.0, regret_against=against, regret_timing="search")
+            other = entry["best_alone_trial"] if against == "best_alone" else entry["yardstick_trial"]
+            if (mine := again.get((plan_trial, name))) and (theirs := again.get((other, name))):
+                entry.update(regret=mine / theirs - 1.0, regret_timing="re-measured")
         out[name] = entry
     return out

@@ -153,7 +153,8 @@ def summary(study: optuna.Study) -> dict[str, Any]:
             confirm = study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}
             searched = study.trials[best.number].user_attrs.get(TrialAttr.SHAPES) or {}
             chosen = confirm.get("shapes") if source == "re-measured" and confirm.get("shapes") else searched
-            out["shapes"] = shapes_summary(study_shapes, chosen, searched, study.get_trials(deepcopy=False))
+            out["shapes"] = shapes_summary(study_shapes, chosen, searched, study.get_trials(deepcopy=False),
+                                           best.number, study.user_attrs.get(StudyAttr.FINALISTS) or [])
         if not groups:
             _fuses_nothing(out)
             # Why: the finalists' round verdict (tuning/finalists.py), else the search's best was unfused.
@@ -232,7 +233,7 @@ def _fuses_nothing(out: dict[str, Any]) -> None:
         # Keeping unfused is ratio 1 by construction: the regret is the fastest plan exact there.
         alone = [v for v in (shape.get("best_alone_speedup"), shape.get("yardstick_speedup")) if v is not None]
         if shape.get("regret") is not None and alone:
-            shape["regret"] = max(alone) - 1.0
+            shape.update(regret=max(alone) - 1.0, regret_timing="search")
 
 
 def _remeasured_ratios(study: optuna.Study) -> dict[int, float]:

@@ -56,6 +56,14 @@ def test_regret_is_measured_against_the_best_plan_exact_at_that_shape_alone() ->
     assert "One plan for every served shape" in html and "+60.0%" in html and "(trial 1)" in html
     assert _shapes({}) == ""  # a model without input_shapes(): no panel
 
+    # Both re-measured in the finalists' round, as fast as each other at bs1: no regret there,
+    # whatever the bs1-only trial's lucky search minimum said.
+    finalists = [{"trial": t, "shapes": {"bs1": {"timing": outcome("bs1", 0.7).timing.to_json()}}} for t in (0, 1)]
+    again = shapes_summary(declared, chosen, chosen, study.trials, 0, finalists)
+    assert again["bs1"]["regret"] == pytest.approx(0.0) and again["bs1"]["regret_timing"] == "re-measured"
+    assert again["bs8"]["regret_timing"] == "search"  # trial 0 is its own best alone: no round figure beside it
+    assert "+0.0% (both re-measured)" in _shapes({"shapes": again})
+
 
 def test_the_python_export_names_each_served_shape() -> None:
     from sktune.report.export import _measured
