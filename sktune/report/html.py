@@ -155,8 +155,11 @@ def _trials(study: optuna.Study, emulated: bool = False) -> str:
                      cell(r.ratio, num(r.ratio, ".3f")), cell(r.ratio_lo, interval(r.ratio_lo, r.ratio_hi)),
                      cell(r.bitwise, f'<span class="{bit}">{esc(r.bitwise)}</span>'), cell(r.reason)])
     unit = " (emulated)" if emulated else ""
+    shapes = study.user_attrs.get(StudyAttr.SHAPES) or {}
+    weighted = (f" With several served shapes ({esc(', '.join(shapes))}) each time and ratio is the weighted "
+                "geometric mean over them; the summary's shapes table has each shape's." if len(shapes) > 1 else "")
     return ('<h2 id="trials">5. Trials</h2><p>Click a column header to sort. Each trial is timed against the '
-            "unfused baseline beside it, so trials rank by their time ratio, not by their step time.</p>"
+            f"unfused baseline beside it, so trials rank by their time ratio, not by their step time.{weighted}</p>"
             + table(["#", "state", "anchor", f"step µs{unit}", f"its unfused µs{unit}", "time ratio",
                      "ratio 95 % interval", "bitwise", "failure / mismatch"], rows, sortable=True))
 
