@@ -36,7 +36,8 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     that is not is passed over for the next (``named_after_verification``).
     """
     finalists = top_records(study, top)
-    finalists += _previous_best(study, finalists)
+    previous = _previous_best(study, finalists)
+    finalists += previous
     fuse_all = anchor_record(study, FUSE_ALL)
     unfused = anchor_record(study, "unfused")
     unfused = unfused if unfused is not None and unfused.feasible else None
@@ -62,7 +63,9 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
         study.set_user_attr(StudyAttr.FINALISTS_FAILED, None)
     entry = {r.number: _remeasured(study, r.number, plans.index(r.plan), rounds, shapes)  # type: ignore[arg-type]
              for r in measured}
-    remeasured = [entry[r.number] for r in finalists]
+    # The previous best is marked: it came in beside the top by search value, which
+    # best_record checks against the round (records.best_record).
+    remeasured = [{**entry[r.number], **({"previous_best": True} if r in previous else {})} for r in finalists]
     study.set_user_attr(StudyAttr.FINALISTS, remeasured)
     if unfused is not None:
         study.set_user_attr(StudyAttr.CONFIRM_UNFUSED, entry[unfused.number])

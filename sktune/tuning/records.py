@@ -270,9 +270,11 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
     measurably faster than unfused, else the unfused trial: tuning/finalists.py), else
     the feasible complete trial with the smallest time ratio."""
     confirmed = study.user_attrs.get(StudyAttr.CONFIRM_BEST)
-    finalists = {f["trial"] for f in study.user_attrs.get(StudyAttr.FINALISTS) or []}
+    entries = study.user_attrs.get(StudyAttr.FINALISTS) or []
+    finalists = {f["trial"] for f in entries}
+    ranked = sum(1 for f in entries if not f.get("previous_best"))  # the top by search value the round took
     # Valid while no later trial (a resumed run) has entered the top that was re-measured.
-    if confirmed is not None and {r.number for r in top_records(study, len(finalists))} <= finalists:
+    if confirmed is not None and {r.number for r in top_records(study, ranked)} <= finalists:
         for r in records(study):
             if r.number == confirmed["trial"] and r.feasible:
                 return r

@@ -153,3 +153,22 @@ def test_a_resumed_round_with_fewer_finalists_still_times_the_best_it_named() ->
                          (CUT, timing(0.85, 0.80, 0.90)), (lucky["plan"], timing(1.1, 1.0, 1.2))])
     confirm_finalists(study, worker, timeout=10.0, top=1)  # type: ignore[arg-type]
     assert CUT in worker.rounds[-1]["plans"] and best_record(study).number == 2
+    assert summary(study)["provisional"] is None  # the round named it, beside a top of one
+
+
+def test_the_previous_best_ranked_third_by_search_value_keeps_the_round_s_verdict() -> None:
+    study = make_study()
+    run_round(study, (0.80, 0.90))  # trial 2 named; fuse-all (0.97) ranks below it by search value
+    dist = study.trials[2].distributions
+    lucky = []
+    for k, ratio in enumerate((0.5, 0.6)):  # two later search trials ahead of it
+        plan = _plan([("sk0", 0, k), ("sk1", k + 1, 3)])
+        lucky.append(plan)
+        study.add_trial(optuna.trial.create_trial(
+            value=ratio, params={"block:0": "cut"}, distributions=dist, constraints={"bitwise": 0.0},
+            user_attrs={**study.trials[2].user_attrs, "plan": plan, "timing": timing(ratio, ratio - 0.05, ratio + 0.05)}))
+    worker = FakeWorker([(UNFUSED, timing(1.0, 0.97, 1.03)), (FUSE_ALL, timing(1.05, 1.0, 1.1)),
+                         (CUT, timing(0.85, 0.80, 0.90)), (lucky[0], timing(1.1, 1.0, 1.2)),
+                         (lucky[1], timing(1.1, 1.0, 1.2))])
+    confirm_finalists(study, worker, timeout=10.0, top=1)  # type: ignore[arg-type]
+    assert best_record(study).number == 2 and summary(study)["provisional"] is None
