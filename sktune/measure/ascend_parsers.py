@@ -67,17 +67,15 @@ _STEP_TRACE_COLUMNS = {
 # ---------------------------------------------------------------- reading the CSVs
 def _read_raw(source: str | Path, what: str, columns: dict[str, str], required: Iterable[str]) -> pd.DataFrame:
     path = Path(source)
-    records = _records(path)
-    header, rows = records[0], records[1:]
-    fields = len(header)
-    long = next((i for i, record in enumerate(rows) if len(record) > fields), None)
-    if long is not None:
-        raise ProfileError(f"{path} is not a readable CSV: its record {long + 2} has {len(rows[long])} fields, "
-                           f"its header {fields}")
-    # A row with fewer fields than the header: a file cut short (a copy stopped midway) ends in
-    # one, and its figures would be wrong (a duration cut to its first digits). Left out, counted.
-    cut = pd.Series([len(record) < fields for record in rows], dtype=bool)
-    raw = pd.DataFrame([record + [""] * (fields - len(record)) for record in rows], columns=header, dtype=str)
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except OSError as exc:
+        raise ProfileError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except pd.errors.EmptyDataError as exc:
+        raise ProfileError(f"{path} is not a readable CSV: it is empty") from exc
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:  # e.g. a record longer than its header
+        raise ProfileError(f"{path} is not a readable CSV: {exc}") from exc
+    header = [str(c) for c in raw.columns]
     raw = raw.rename(columns=lambda c: columns.get(re.sub(r"\s+", "", str(c)).lower(), f"_{c}"))
     raw = raw.loc[:, ~raw.columns.duplicated()]
     missing = [c for c in required if c not in raw.columns]
@@ -86,23 +84,22 @@ def _read_raw(source: str | Path, what: str, columns: dict[str, str], required: 
         found = ", ".join(header)
         raise ProfileError(f"{path} is not a {what}: it has no {wanted} column(s) "
                            f"(header: {found[:120]}{'…' if len(found) > 120 else ''})")
+    cut = _short_rows(path, len(header), len(raw))
     raw = raw[~cut].apply(lambda col: col.str.strip().str.strip('"').str.strip())
     raw.attrs["cut_rows"] = int(cut.sum())
     return raw
 
 
-def _records(path: Path) -> list[list[str]]:
-    """The file's records, header first, read once; blank and whitespace-only lines are skipped."""
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as f:
-            records = [record for record in csv.reader(f) if any(field.strip() for field in record)]
-    except OSError as exc:
-        raise ProfileError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{path} is not a readable CSV: {exc}") from exc
-    if not records:
-        raise ProfileError(f"{path} is not a readable CSV: it is empty")
-    return records
+def _short_rows(path: Path, fields: int, rows: int) -> pd.Series:
+    """Rows with fewer fields than the header: a file cut short (a copy stopped midway) ends in
+    one, and its figures would be wrong (a duration cut to its first digits). pandas fills the
+    missing fields with "" here, so the records are counted again; where they cannot be paired
+    with pandas' rows one to one, none is taken for cut."""
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        # pandas skips blank and whitespace-only lines: so do the counts, or no row pairs up.
+        lengths = [len(record) for record in csv.reader(f) if any(field.strip() for field in record)][1:]
+    short = [n < fields for n in lengths] if len(lengths) == rows else [False] * rows
+    return pd.Series(short, dtype=bool)
 
 
 def _missing(col: pd.Series) -> pd.Series:

@@ -69,7 +69,7 @@ def test_find_takes_the_newest_run_and_says_so(tmp_path: Path) -> None:
     ("layout", "message"),
     [("missing", "profile path not found"), ("empty", "no Ascend profile"),
      ("unparsed", "analyse"), ("bad_csv", "is not a kernel_details.csv"),
-     ("blank_csv", "not a readable CSV: it is empty"), ("long_row", "its record 3 has 3 fields, its header 2")],
+     ("blank_csv", "not a readable CSV: it is empty"), ("long_row", "not a readable CSV: .*Expected 2 fields in line 3, saw 3")],
 )
 def test_find_or_read_fails_with_one_clear_error(tmp_path: Path, layout: str, message: str) -> None:
     target = tmp_path / "x"
