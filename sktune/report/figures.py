@@ -22,10 +22,11 @@ _STATUS = {  # history: how each kind of trial is drawn
     "not exact": {"symbol": "x", "color": "#ff7f0e", "name": "not bitwise (infeasible)"},
     "yardstick": {"symbol": "star-open", "color": "#2ca02c", "name": "one shape's yardstick (never the best)"},
     "failed": {"symbol": "triangle-down", "color": "#d62728", "name": "failed (hang, crash, error)"},
+    "interrupted": {"symbol": "triangle-down-open", "color": "#8c564b", "name": "interrupted (its run stopped)"},
     "pruned": {"symbol": "diamond-open", "color": "#7f7f7f", "name": "pruned (clearly slower; partly measured)"},
     "skipped": {"symbol": "line-ew-open", "color": "#9467bd", "name": "skipped (never compiled: probe or scope cap)"},
 }
-_AT_TOP = ("failed", "skipped")  # no ratio: drawn above the others, the reason on hover
+_AT_TOP = ("failed", "interrupted", "skipped")  # no ratio: drawn above the others, the reason on hover
 
 
 def _layout(fig: go.Figure, title: str, height: int, **kwargs: Any) -> go.Figure:

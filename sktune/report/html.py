@@ -193,11 +193,17 @@ def _failures(study: optuna.Study) -> str:
     head = '<h2 id="failures">6. Failures</h2>'
     if not items:
         return head + "<p>None: every trial completed with bitwise-exact outputs.</p>"
-    failed = [i for i in items if i["kind"] != "mismatch"]
+    failed = [i for i in items if i["kind"] not in ("mismatch", "interrupted")]
     mismatched = [i for i in items if i["kind"] == "mismatch"]
+    stopped = [i for i in items if i["kind"] == "interrupted"]
     out = head
     out += f"<h3>Hangs, crashes and errors ({len(failed)})</h3>" + (
         "".join(_failure(i, ops) for i in failed) or "<p>None.</p>")
+    if stopped:  # not the plan's doing: listed apart, briefly
+        out += (f"<h3>Interrupted ({len(stopped)})</h3><p>Trials whose run was stopped or killed: they say "
+                "nothing of their plan, which runs again. "
+                + esc(", ".join(f"#{i['trial']}" + (f" ({i['anchor']})" if i["anchor"] else "") for i in stopped))
+                + "</p>")
     out += (f"<h3>Mismatches ({len(mismatched)})</h3><p>Outputs not bitwise equal to the unfused run: "
             "which output, how many elements differ, the largest distance in units in the last place.</p>")
     return out + ("".join(_failure(i, ops) for i in mismatched) or "<p>None.</p>")

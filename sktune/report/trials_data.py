@@ -14,8 +14,8 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from sktune.tuning.records import (TrialAttr, TrialRecord, feasible_trials, has_ratio, is_feasible, is_yardstick,
-                                   records)
+from sktune.tuning.records import (TrialAttr, TrialRecord, feasible_trials, has_ratio, interrupted, is_feasible,
+                                   is_yardstick, records, stopped_failure)
 
 FINISHED = ("COMPLETE", "FAIL", "PRUNED")
 _FAILURE_KINDS = ("hang", "crash", "error", "interrupted")
@@ -26,6 +26,8 @@ _FAILURE_KINDS = ("hang", "crash", "error", "interrupted")
 def _status(r: TrialRecord) -> str:
     if r.state == "PRUNED":  # stopped early (partly measured) or skipped (never compiled)
         return "pruned" if r.ratio is not None else "skipped"
+    if stopped_failure(r.state, r.failure):  # its run stopped: nothing of its plan, which runs again
+        return "interrupted"
     if r.state != "COMPLETE":
         return "failed"
     if r.yardstick is not None:  # measured at one shape only: never the best, whether exact there or not
@@ -147,9 +149,9 @@ def failures(study: optuna.Study) -> list[dict[str, Any]]:
     for t in study.get_trials(deepcopy=False):
         mismatches = t.user_attrs.get(TrialAttr.MISMATCHES) or []
         if t.state == optuna.trial.TrialState.FAIL:
-            reason = str(t.user_attrs.get(TrialAttr.FAILURE) or "failed (no reason recorded)")
+            reason = str(t.user_attrs.get(TrialAttr.FAILURE) or "interrupted: its run stopped before it said why")
             head = reason.split(":", 1)[0].strip()
-            kind = head if head in _FAILURE_KINDS else "error"
+            kind = "interrupted" if interrupted(t) else head if head in _FAILURE_KINDS else "error"
         elif t.state == optuna.trial.TrialState.COMPLETE and mismatches:
             kind, reason = "mismatch", _mismatch_line(mismatches)
         else:

@@ -130,10 +130,12 @@ def interrupted(trial: FrozenTrial) -> bool:
     """Failed because its run stopped (Ctrl-C, SIGTERM, a kill), not because of its plan: its
     reason says so, or there is none (a stop before the objective wrote one). Its plan is
     measured again: not reused (reuse.py), and a starting point is queued again (resume.py)."""
-    if trial.state != TrialState.FAIL:
-        return False
-    reason = trial.user_attrs.get(TrialAttr.FAILURE)
-    return not reason or str(reason).startswith(INTERRUPTED)
+    return stopped_failure(trial.state.name, trial.user_attrs.get(TrialAttr.FAILURE))
+
+
+def stopped_failure(state: str, reason: str | None) -> bool:
+    """``interrupted`` from a trial's state name and failure reason (a ``TrialRecord``'s too)."""
+    return state == "FAIL" and (not reason or str(reason).startswith(INTERRUPTED))
 
 
 def planned_params(study: optuna.Study) -> list[dict[str, Any]]:

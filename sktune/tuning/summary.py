@@ -12,9 +12,9 @@ from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
 from sktune.space.search_space import UNFUSED
-from sktune.tuning.records import (FINISHED, FUSE_ALL, INTERRUPTED, REFINED, StudyAttr, TrialAttr, TrialRecord,
+from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, StudyAttr, TrialAttr, TrialRecord,
                                    anchor_record, best_record, interrupted, is_yardstick, plan_of, records, reused,
-                                   speedup_interval, speedup_of)
+                                   speedup_interval, speedup_of, stopped_failure)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
 from sktune.tuning.verified import capture_limit_warning, not_bitwise_at, verify_summary
@@ -48,8 +48,7 @@ def _provisional(study: optuna.Study, best: int, source: str) -> str | None:
 
 
 def _interrupted(r: TrialRecord) -> bool:
-    """Failed because its run stopped (``records.interrupted``, on a record)."""
-    return r.state == "FAIL" and (not r.failure or r.failure.startswith(INTERRUPTED))
+    return stopped_failure(r.state, r.failure)
 
 
 def failure_reasons(recs: list[TrialRecord], top: int = 3) -> list[list[Any]]:

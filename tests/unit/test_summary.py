@@ -273,3 +273,9 @@ def test_a_trial_its_stopped_run_failed_is_interrupted_not_failed() -> None:
     out = summary(study)
     assert (out["n_failed"], out["n_interrupted"]) == (1, 1)
     assert out["failure_reasons"] == [["hang: past --trial-timeout", 1]]
+    from sktune.report import trials_data
+    from sktune.report.export import no_result
+
+    assert list(trials_data.history(study)["status"]) == ["interrupted", "failed"]
+    assert [f["kind"] for f in trials_data.failures(study)] == ["interrupted", "hang"]
+    assert "1 failed, 1 interrupted (their run stopped)" in no_result(out)
