@@ -130,7 +130,7 @@ class InductorBackend(Backend):
             "# The times above call the captured graph directly. Through torch.compile every call also pays",
             "# Dynamo's guard check, a fixed cost per call (tens of microseconds and more on a loaded machine:",
             "# a plan timed 1.8x faster has run slower than eager this way). Time the model as you will call",
-            "# it: benchmarks/call_overhead.py MODEL.py --plan EXPORT.json (docs/measured.md).",
+            "# it: benchmarks/call_overhead.py MODEL.py --plan EXPORT.json in sktune's repository (docs/measured.md).",
             *default.before_plan))
 
     def environment(self) -> dict[str, str]:

@@ -188,8 +188,10 @@ class _Progress:
         running, and after a trial for one started later (the first of two workers sees it only then)."""
         from sktune.tuning.storage import other_local_workers
 
+        if self.warned_of:
+            return
         others = other_local_workers(study)
-        if others and not self.warned_of:
+        if others:
             self.progress.console.print(
                 f"[yellow]warning:[/] sktune process(es) {others} are tuning this study on this host too: "
                 "timings on shared CPU cores interfere. Pin each worker to its own cores "
@@ -274,13 +276,14 @@ def starting_points_line(data: dict[str, Any]) -> str | None:
     if not beaten:
         return None
     emulated = " (emulated)" if data.get("emulated") else ""
-    def note(a: dict[str, Any]) -> str:
+
+    def caveats(a: dict[str, Any]) -> str:
         # Below 1 against a figure the round never re-timed: the search's own minimum, biased low.
         noisy = a["best_speedup_over"] < 1 and a.get("timing_source") == "search"
         return (" (not bitwise)" if not a["bitwise"] else "") + (" (its search figure, not re-timed)" if noisy else "")
 
     return f"best vs the starting points{emulated}: " + "; ".join(
-        f"{a['anchor']} {a['best_speedup_over']:.2f}×{note(a)}" for a in beaten)
+        f"{a['anchor']} {a['best_speedup_over']:.2f}×{caveats(a)}" for a in beaten)
 
 
 def _print_summary(data: dict[str, Any]) -> None:

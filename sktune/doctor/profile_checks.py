@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sktune.doctor.records import CheckResult, confirmed, differs
+from sktune.doctor.records import CheckResult, confirmed, could_not, differs
 from sktune.doctor.session import PROFILE_BATCHES, DoctorSession
 from sktune.measure.ascend_parsers import LEVEL0_BASE, LEVEL0_OPTIONAL, STEP_ID
 
@@ -84,8 +84,8 @@ def check_step_trace_free(session: DoctorSession) -> CheckResult:
     from sktune.measure.ascend_parsers import read_kernel_details, read_step_trace
 
     seen = session.profile()
-    if seen.step_trace is None:
-        return differs("step_trace_free", "no step_trace_time.csv beside kernel_details.csv", str(seen.profile_dir))
+    if seen.step_trace is None:  # nothing to compare: the profile_files row says what was written
+        return could_not("step_trace_free", f"no step_trace_time.csv beside kernel_details.csv in {seen.profile_dir}")
     return judge_step_trace_free(read_kernel_details(seen.kernel_details), read_step_trace(seen.step_trace))
 
 
@@ -93,19 +93,19 @@ def judge_step_trace_free(kernels: pd.DataFrame, trace: pd.DataFrame) -> CheckRe
     """Each step's ``Free`` against the device idle read from kernel_details.csv two ways: up to
     the next step's first kernel (torch-npu's step range, as docs/npu_api.md reads its parser)
     or between the step's own kernels only (span − busy). Every device task counts, markers too."""
-    from sktune.measure.ascend_summary import _union_ns
+    from sktune.measure.ascend_summary import union_ns
 
     name = "step_trace_free"
     tasks = kernels[~kernels["is_duplicate"] & kernels["step"].notna() & kernels["start_ns"].notna()
                     & kernels["duration_us"].notna()]
     spans = {int(step): [(int(s), int(s) + round(d * 1000)) for s, d in zip(rows["start_ns"], rows["duration_us"])]
              for step, rows in tasks.groupby("step")}
-    free = trace.dropna(subset=["free_us"]).groupby("step")["free_us"].sum()
+    free = trace.dropna(subset=["free_us"]).groupby("step")["free_us"].mean()  # over devices, as summarize reads it
     order = sorted(spans)
     rows = []
     for k, step in enumerate(order):
         first, last = min(s for s, _ in spans[step]), max(e for _, e in spans[step])
-        between = (last - first - _union_ns(spans[step])) / 1000
+        between = (last - first - union_ns(spans[step])) / 1000
         after = (min(s for s, _ in spans[order[k + 1]]) - last) / 1000 if k + 1 < len(order) else 0.0
         rows.append((step, free.get(step), between, between + after, 0.01 * (len(spans[step]) + 1)))
     measured = [r for r in rows if r[1] is not None]

@@ -82,7 +82,8 @@ class ProfileSummary:
         return {k: [dict(v) for v in data[k]] if isinstance(data[k], tuple) else data[k] for k in data}
 
 
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
+def union_ns(intervals: list[tuple[int, int]]) -> int:
+    """The length covered by ``intervals`` (start, end), overlaps counted once: a step's busy time."""
     total, end = 0, None
     for start, stop in sorted(intervals):
         if end is None or start > end:
@@ -114,8 +115,9 @@ def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None =
         t = timed_by_step.get(step, timed.iloc[:0])
         spans = [(int(s), int(s) + round(d * 1000)) for s, d in zip(t["start_ns"], t["duration_us"])]
         span = (max(e for _, e in spans) - min(s for s, _ in spans)) if spans else 0
-        busy = _union_ns(spans)
-        steps.append(StepStats(int(step), span / 1000, busy / 1000, (span - busy) / 1000, len(rows), free.get(step)))
+        busy = union_ns(spans)
+        steps.append(StepStats(int(step), span / 1000, busy / 1000, round((span - busy) / 1000, 3), len(rows),
+                               free.get(step)))
     by_core = work.groupby("core")["duration_us"].sum().round(3).sort_values(ascending=False)
     kernels = (work.groupby(["name", "type"])["duration_us"].agg(["sum", "size"]).reset_index()
                .sort_values(["sum", "name"], ascending=[False, True]).head(top))

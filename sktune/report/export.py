@@ -191,14 +191,17 @@ def export_python(study: optuna.Study, storage: str | None = None) -> str:
     attrs = study.user_attrs
     env = attrs.get(StudyAttr.ENVIRONMENT) or {}
     backend = attrs.get(StudyAttr.BACKEND)
-    shapes = (len(attrs.get(StudyAttr.SHAPES) or {}) or 1) + len(attrs.get(StudyAttr.VERIFY_SHAPES) or [])
-    snippet = backend_class(backend).export_snippet(plan, env, attrs.get(StudyAttr.THREADS, 1), shapes)
+    from sktune.tuning.verified import declared_shapes
+
+    snippet = backend_class(backend).export_snippet(plan, env, attrs.get(StudyAttr.THREADS, 1),
+                                                    sum(declared_shapes(attrs)))
     head = [
         f"# sktune export: study {study.study_name!r}, trial {data['best_trial']} "
         f"({backend} backend, torch {env.get('torch', '?')}{snippet.versions})",
         *_measured(data, plan, attrs.get(StudyAttr.INPUT_SETS)),
-        *[f"# Resumed across a change ({'; '.join(c['changed'])}) with --allow-changed: trials before it were "
-          "measured and verified on the model or machine as it was." for c in attrs.get(StudyAttr.RESUMED_ACROSS) or []],
+        *[f"# Resumed across a change of {', '.join(k.split(':', 1)[0] for k in c['changed'])} with --allow-changed: "
+          "trials before it were measured and verified on the model or machine as it was."
+          for c in attrs.get(StudyAttr.RESUMED_ACROSS) or []],
         "# Use it as it was tuned: model.eval(), calls under torch.no_grad()" + snippet.usage,
     ]
     if data.get("best_fuses_nothing"):  # applying it would only add torch.compile's own cost per call

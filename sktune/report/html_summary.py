@@ -20,7 +20,7 @@ def summary_section(study: optuna.Study, summary: dict[str, Any]) -> str:
     comp = data.comparison(summary)
     rows = []
     for r in comp.itertuples():
-        cls = {"yes": "ok", "no": "bad"}.get(r.verified, "")
+        cls = "ok" if r.verified == "yes" else "bad" if str(r.verified).startswith("no") else ""
         base = us(r.baseline_s)
         rows.append([cell(r.plan), cell(None if pd.isna(r.trial) else int(r.trial)),
                      cell(r.time_s * 1e6, num(r.time_s * 1e6, ".1f")), cell(base, num(base, ".1f")),
@@ -83,8 +83,9 @@ def _shapes(summary: dict[str, Any]) -> str:
             "<i>Best alone</i> is the fastest plan found that is exact at that shape, whatever it does at the "
             "others; the <i>yardstick</i> is that shape's own best candidate, built from its own exactness "
             "answers and measured there only. The regret is what serving every shape with one plan costs "
-            "there against the faster of the two, search timing against search timing: the plan's search "
-            "figure is beside it (its speedup before is the re-measured one, where the finalists' round ran).</p>"
+            "there against the faster of the two: search timing against search timing, the plan's search "
+            "figure beside it (its speedup before is the re-measured one, where the finalists' round ran), or "
+            "the round's figures where it re-measured both (marked).</p>"
             + table(["shape", "weight", "unfused µs", "plan µs", "speedup [95 %]", "bitwise", "plan (search)",
                       "best alone (search)", "yardstick: exact where", "regret"], rows))
 

@@ -86,7 +86,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
 
     def objective(trial: optuna.Trial) -> float:
         # sktune's sampler tagged the trial as Optuna created it; here for any other sampler
-        # (an untagged RUNNING trial stays RUNNING; its suggestions are a write each).
+        # (an untagged RUNNING trial is failed only past the grace period: storage.fail_orphaned_trials).
         if TrialAttr.WORKER not in trial.user_attrs:
             record_worker(trial, worker_tag())
         anchor = trial.user_attrs.get(TrialAttr.ANCHOR)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from datetime import datetime
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 

@@ -98,9 +98,13 @@ def make_storage(url: str) -> BaseStorage:
             return JournalStorage(JournalFileBackend(path))
         return _rdb_storage(url)
     except Exception as exc:
-        hint = ("; a storage is a database URL that SQLAlchemy knows (sqlite:///FILE, postgresql://…, "
-                "mysql://…) or journal:FILE" if type(exc).__name__ == "NoSuchModuleError" else "")
-        raise SktuneError(f"cannot open storage {mask_url(url)}: {storage_error(exc, url)}{hint}") from None
+        raise SktuneError(f"cannot open storage {mask_url(url)}: {storage_error(exc, url)}{_url_hint(exc)}") from None
+
+
+def _url_hint(exc: BaseException) -> str:
+    """What a storage URL may be, where SQLAlchemy knew no driver for it (``redis://``, a typo)."""
+    return ("; a storage is a database URL that SQLAlchemy knows (sqlite:///FILE, postgresql://…, mysql://…) or "
+            "journal:FILE" if type(exc).__name__ in ("NoSuchModuleError", "ArgumentError") else "")
 
 
 def _rdb_storage(url: str, attempts: int = 6) -> RDBStorage:
@@ -250,7 +254,7 @@ def _holds_optuna_tables(url: str) -> bool:
         finally:
             engine.dispose()
     except Exception as exc:
-        raise SktuneError(f"cannot open storage {mask_url(url)}: {storage_error(exc, url)}") from None
+        raise SktuneError(f"cannot open storage {mask_url(url)}: {storage_error(exc, url)}{_url_hint(exc)}") from None
 
 
 def check_made_by_sktune(study: optuna.Study, where: str) -> None:

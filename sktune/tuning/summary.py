@@ -269,7 +269,9 @@ def anchor_comparison(study: optuna.Study, best_ratio: float | None, best_trial:
         if latest.get(r.anchor, {}).get("timing_source") == "re-measured" and r.number not in remeasured:
             continue  # a later search trial of it does not replace the finalists' round figure
         ratio = remeasured.get(r.number, r.ratio)
-        latest[r.anchor] = {"anchor": r.anchor, "trial": r.number, "ratio": ratio, "bitwise": r.feasible,
+        # Exact where tuned is not enough: a verify-only shape may have turned it down (tuning/verified.py).
+        latest[r.anchor] = {"anchor": r.anchor, "trial": r.number, "ratio": ratio,
+                            "bitwise": r.feasible and not not_bitwise_at(study, r.number),
                             "timing_source": "re-measured" if r.number in remeasured else "search",
                             "best_speedup_over": best_ratio and ratio / best_ratio}
     return list(latest.values())

@@ -107,14 +107,18 @@ def not_bitwise_at(study: optuna.Study, trial: int) -> list[str]:
     return [name for name, o in (verified.get(trial) or {}).items() if not o.get("bitwise")]
 
 
+def declared_shapes(attrs: dict[str, Any]) -> tuple[int, int]:
+    """How many shapes a study's model declares: tuned (1 without ``input_shapes()``) and verify-only."""
+    return len(attrs.get(StudyAttr.SHAPES) or {}) or 1, len(attrs.get(StudyAttr.VERIFY_SHAPES) or [])
+
+
 def capture_limit_warning(study: optuna.Study) -> str | None:
     """One line when the tuned plus verify-only shapes exceed the backend's ``capture_limit`` (npu: npugraph_ex's)."""
     backend = study.user_attrs.get(StudyAttr.BACKEND)
     limit = backend_class(backend).capture_limit if backend in REGISTRY else None
     if limit is None:
         return None
-    tuned = len(study.user_attrs.get(StudyAttr.SHAPES) or {}) or 1
-    verify = len(study.user_attrs.get(StudyAttr.VERIFY_SHAPES) or [])
+    tuned, verify = declared_shapes(study.user_attrs)
     if tuned + verify <= limit:
         return None
     return (f"{tuned + verify} shapes declared ({tuned} tuned + {verify} verify-only), more than npugraph_ex's "
@@ -132,10 +136,16 @@ def verify_shapes_line(verify: dict[str, Any]) -> str:
     unchecked = [n for n in names if n not in best]  # verification stops at the first failure
     why = "; ".join(f"{n}: {_first_line(best[n].get('reason')) or mismatch_words(best[n].get('mismatches'))}"
                     for n in failed)
-    verdict = ("bitwise at all" if not failed and not unchecked else
-               f"NOT bitwise at {', '.join(failed)} ({why})" if failed else "not verified at all")
-    if unchecked and failed:
-        verdict += f"; not verified after it: {', '.join(unchecked[:5])}{', …' if len(unchecked) > 5 else ''}"
+    passed = [n for n in names if n in best and best[n].get("bitwise")]
+    listed = f"{', '.join(unchecked[:5])}{', …' if len(unchecked) > 5 else ''}"
+    if failed:
+        verdict = f"NOT bitwise at {', '.join(failed)} ({why})" + (f"; not verified after it: {listed}" if unchecked
+                                                                 else "")
+    elif unchecked:  # the declared list grew since it was verified
+        verdict = (f"bitwise at {', '.join(passed)}; not verified at {listed}" if passed
+                   else "not verified at any")
+    else:
+        verdict = "bitwise at all"
     return (f"verify-only shapes ({len(names)}: {', '.join(names)}; not timed): best plan {verdict}"
             f"{rejected}; verification took {verify['seconds']:.1f} s")
 

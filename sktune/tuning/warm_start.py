@@ -16,9 +16,10 @@ other trial: nothing is assumed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -28,7 +29,7 @@ from sktune.graph.structure import find_repeats
 from sktune.space.search_space import FUSE_ALL, NO_SCOPES, UNFUSED, SearchSpace
 from sktune.tuning.records import FUSE_EVERYTHING, StudyAttr, TrialAttr, top_records
 from sktune.tuning.space_setup import starting_points
-from sktune.tuning.storage import existing_study_names, make_storage, mask_url
+from sktune.tuning.storage import existing_study_names, journal_path, make_storage, mask_url, sqlite_file
 from sktune.pipe.workload import Workload
 
 PLANS_PER_STUDY = 3  # the best distinct exact plans taken from each earlier study
@@ -115,6 +116,10 @@ def mapping_for(old: optuna.Study, workload: Workload, space: SearchSpace) -> st
 def check_warm_start_names(names: Sequence[str], storage: str, this_study: str) -> None:
     """Each ``--warm-start`` study exists, and none is this one (refused: SktuneError).
     ``sktune run`` checks this first, before a worker starts (it took seconds to minutes)."""
+    file = journal_path(storage) or sqlite_file(storage)
+    if file and not Path(file).is_file() and any(name != this_study for name in names):
+        raise SktuneError(f"--warm-start: no study named {', '.join(map(repr, names))}: the storage file {file} does "
+                          "not exist (--warm-storage names where the earlier studies are; default: --storage)")
     known = [n for n in existing_study_names(storage) if n != this_study]  # creates no storage
     for name in names:
         if name == this_study:

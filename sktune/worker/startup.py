@@ -190,10 +190,7 @@ def check_forward(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path
         flat = flatten_outputs(first)
     except TypeError as exc:
         raise ModelFileError(f"the forward of {path} must return tensors: {exc}") from exc
-    if all(t.numel() == 0 for t in flat):  # bitwise equal by construction: a verification of nothing
-        raise ModelFileError(f"the forward of {path} returns no elements on example_inputs(0) (outputs of shape "
-                             f"{', '.join(str(tuple(t.shape)) for t in flat[:3]) or 'none'}): sktune verifies a plan "
-                             "by its outputs, so draw inputs of the sizes the model serves")
+    check_has_elements(flat, path, "on example_inputs(0)")
     for k, (old, new) in enumerate(zip(before, inputs)):
         if not bitwise_equal(old, new):  # raw bits: an input holding NaN is not "modified"
             raise ModelFileError(
@@ -231,8 +228,13 @@ def check_shape_forward(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]
         raise ModelFileError(f"at shape {shape!r} (example_inputs(0, shape={shape!r})): {exc}") from exc
     except TypeError as exc:
         raise ModelFileError(f"the forward of {path} must return tensors (at shape {shape!r}): {exc}") from exc
+    check_has_elements(flat, path, f"at shape {shape!r}")
+
+
+def check_has_elements(flat: list[torch.Tensor], path: Path, where: str) -> None:
+    """Outputs with no element are bitwise equal by construction: a verification of nothing."""
     if all(t.numel() == 0 for t in flat):
-        raise ModelFileError(f"the forward of {path} returns no elements at shape {shape!r} (outputs of shape "
+        raise ModelFileError(f"the forward of {path} returns no elements {where} (outputs of shape "
                              f"{', '.join(str(tuple(t.shape)) for t in flat[:3]) or 'none'}): sktune verifies a plan "
                              "by its outputs, so draw inputs of the sizes the model serves")
 

@@ -131,7 +131,7 @@ def test_changed_model_is_refused(tmp_path: Path) -> None:
     assert len(within_budget(finished(storage, "s"))) == 2
     exported = subprocess.run([sys.executable, "-m", "sktune", "export", "--study", "s", "--storage", storage,
                                "--format", "python"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert exported.returncode == 0 and "# Resumed across a change (model_sha256" in exported.stdout
+    assert exported.returncode == 0 and "# Resumed across a change of model_sha256 with" in exported.stdout
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from sktune.measure.ascend_parsers import (
     read_kernel_details,
     read_step_trace,
 )
-from sktune.measure.ascend_summary import _union_ns, kernels_per_step, step_spans, summarize
+from sktune.measure.ascend_summary import union_ns, kernels_per_step, step_spans, summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_profiles"
 RUN = FIXTURES / "localhost_41234_20250109120000123_ascend_pt"
@@ -357,7 +357,7 @@ def test_fail_reasons_known_set_and_unknown_ones_verbatim(tmp_path: Path) -> Non
 def test_union_matches_brute_force(pairs: list[tuple[int, int]]) -> None:
     intervals = [(start, start + length) for start, length in pairs]
     covered = {t for start, stop in intervals for t in range(start, stop)}
-    assert _union_ns(intervals) == len(covered)
+    assert union_ns(intervals) == len(covered)
 
 
 # ---------------------------------------------------------------- the real file

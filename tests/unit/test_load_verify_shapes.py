@@ -81,5 +81,7 @@ def test_the_verify_line_names_where_and_why_a_plan_is_not_bitwise() -> None:
     assert "not verified after it: n100" in line and "..." not in line
     best["big"] = {"bitwise": False, "mismatches": 3, "reason": None}
     assert "big: 3 output mismatch(es) over its input sets" in verify_shapes_line(verify)
+    grown = {"shapes": ["n37", "n64"], "best": {"n37": best["n37"]}, "rejected": [], "seconds": 1.0}
+    assert "best plan bitwise at n37; not verified at n64" in verify_shapes_line(grown)  # n64 declared later
     assert fuse_all_bitwise({"bitwise": False, "not_bitwise_at": ["n37"]}) == "no (at verify-only n37)"
     assert fuse_all_bitwise({"bitwise": True}) == "yes" and fuse_all_bitwise({"bitwise": False}) == "no"

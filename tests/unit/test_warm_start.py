@@ -170,9 +170,16 @@ def test_a_warm_storage_is_only_read_never_created(tmp_path: Path) -> None:
     from sktune.tuning.warm_start import check_warm_start_names
 
     missing = tmp_path / "nothere.db"
-    with pytest.raises(SktuneError, match="no study named 'old'.*studies there: none"):
+    with pytest.raises(SktuneError, match="no study named 'old': the storage file .*nothere.db does not exist"):
         check_warm_start_names(["old"], f"sqlite:///{missing}", "new")
     assert not missing.exists()
+    empty = tmp_path / "empty.db"
+    empty.touch()  # a file without Optuna's tables: no studies, and none created
+    with pytest.raises(SktuneError, match="no study named 'old'.*studies there: none"):
+        check_warm_start_names(["old"], f"sqlite:///{empty}", "new")
+    assert empty.stat().st_size == 0
+    with pytest.raises(SktuneError, match="a storage is a database URL that SQLAlchemy knows"):
+        check_warm_start_names(["old"], "redis://localhost/0", "new")
 
 
 def test_warm_storage_without_warm_start_is_refused(tmp_path: Path) -> None:
