@@ -197,20 +197,31 @@ def sqlite_file(url: str) -> str | None:
     return database
 
 
+def _no_studies_there(url: str) -> str | None:
+    """Why the storage at ``url`` holds no study, found without creating anything (opening a
+    database with RDBStorage creates Optuna's tables where a report, an export or a warm
+    start only meant to read), or None where it may hold some."""
+    file = journal_path(url) or sqlite_file(url)
+    if file and Path(file).is_dir():
+        return f"{file} is a directory; name the database file"
+    if file and not Path(file).is_file():
+        return f"{file} does not exist"
+    if journal_path(url) is None and not _holds_optuna_tables(url):
+        return "the database holds no Optuna study tables"
+    return None
+
+
+def _study_names(backend: BaseStorage, url: str) -> list[str]:
+    try:
+        return optuna.get_all_study_names(backend)
+    except Exception as exc:
+        raise SktuneError(f"cannot open storage {mask_url(url)}: {storage_error(exc, url)}") from None
+
+
 def existing_study_names(storage: str) -> list[str]:
     """The study names in ``storage``, read without creating it: [] where its file does not
     exist or its database holds no Optuna tables (a storage only read, as a warm start's)."""
-    file = journal_path(storage) or sqlite_file(storage)
-    if file and not Path(file).is_file():
-        return []
-    if journal_path(storage) is None and not _holds_optuna_tables(storage):
-        return []
-    try:
-        return optuna.get_all_study_names(make_storage(storage))
-    except SktuneError:
-        raise
-    except Exception as exc:
-        raise SktuneError(f"cannot open storage {mask_url(storage)}: {storage_error(exc, storage)}") from None
+    return [] if _no_studies_there(storage) else _study_names(make_storage(storage), storage)
 
 
 def load_existing_study(name: str, storage: str) -> optuna.Study:
@@ -220,20 +231,11 @@ def load_existing_study(name: str, storage: str) -> optuna.Study:
     ``SktuneError``; credentials in the URL are masked in every message.
     """
     masked = mask_url(storage)
-    file = journal_path(storage) or sqlite_file(storage)
-    if file and Path(file).is_dir():
-        raise SktuneError(f"no study storage at {masked}: {file} is a directory; name the database file")
-    if file and not Path(file).is_file():
-        raise SktuneError(f"no study storage at {masked}: {file} does not exist (see --storage)")
-    if journal_path(storage) is None and not _holds_optuna_tables(storage):
-        # Opening it with RDBStorage would create Optuna's tables in a database that a
-        # report or an export was only meant to read.
-        raise SktuneError(f"no study storage at {masked}: the database holds no Optuna study tables (see --storage)")
+    if reason := _no_studies_there(storage):
+        raise SktuneError(f"no study storage at {masked}: {reason}"
+                          f"{'' if reason.endswith('file') else ' (see --storage)'}")
     backend = make_storage(storage)
-    try:
-        names = optuna.get_all_study_names(backend)
-    except Exception as exc:
-        raise SktuneError(f"cannot open storage {masked}: {storage_error(exc, storage)}") from None
+    names = _study_names(backend, storage)
     if name not in names:
         known = ", ".join(repr(n) for n in sorted(names)) or "none"
         raise SktuneError(f"no study {name!r} in {masked} (studies there: {known})")
