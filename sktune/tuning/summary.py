@@ -170,7 +170,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing.baseline_s,
                            "time_s": timing.candidate_s, "ratio": timing.ratio,
                            "ratio_ci": list(timing.ratio_ci), "bitwise": fuse_all.feasible, "timing_source": source}
-        if at := not_bitwise_at(study, fuse_all.number):  # exact where tuned, not at a verify-only shape
+        if at := not_bitwise_at(study).get(fuse_all.number):  # exact where tuned, not at a verify-only shape
             out["fuse_all"].update(bitwise=False, not_bitwise_at=at)
         if out["best_s"] is not None and timing.ratio < 1 and out["baseline_s"]:
             # Share of fuse-everything's gain that the best exact plan keeps (ratios: same-run baselines).
@@ -260,6 +260,7 @@ def anchor_comparison(study: optuna.Study, best_ratio: float | None, best_trial:
     remeasured = _remeasured_ratios(study)
     recs = records(study) if recs is None else recs
     best_plan = next((r.plan for r in recs if r.number == best_trial), None)
+    turned_down = not_bitwise_at(study)
     latest: dict[str, dict[str, Any]] = {}
     for r in recs:
         if (r.anchor is None or r.state != "COMPLETE" or not r.ratio or r.number in skip
@@ -271,7 +272,7 @@ def anchor_comparison(study: optuna.Study, best_ratio: float | None, best_trial:
         ratio = remeasured.get(r.number, r.ratio)
         # Exact where tuned is not enough: a verify-only shape may have turned it down (tuning/verified.py).
         latest[r.anchor] = {"anchor": r.anchor, "trial": r.number, "ratio": ratio,
-                            "bitwise": r.feasible and not not_bitwise_at(study, r.number),
+                            "bitwise": r.feasible and not turned_down.get(r.number),
                             "timing_source": "re-measured" if r.number in remeasured else "search",
                             "best_speedup_over": best_ratio and ratio / best_ratio}
     return list(latest.values())

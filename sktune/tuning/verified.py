@@ -101,10 +101,11 @@ def verify_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any
     }
 
 
-def not_bitwise_at(study: optuna.Study, trial: int) -> list[str]:
-    """The verify-only shapes where ``trial``'s plan was verified and found not bitwise."""
-    verified = {v["trial"]: v["shapes"] for v in study.user_attrs.get(StudyAttr.VERIFIED) or []}
-    return [name for name, o in (verified.get(trial) or {}).items() if not o.get("bitwise")]
+def not_bitwise_at(study: optuna.Study) -> dict[int, list[str]]:
+    """Each verified trial's verify-only shapes where its plan was found not bitwise ([] where
+    it was bitwise at all); one read of the study's record, for a summary's every plan."""
+    return {v["trial"]: [name for name, o in v["shapes"].items() if not o.get("bitwise")]
+            for v in study.user_attrs.get(StudyAttr.VERIFIED) or []}
 
 
 def declared_shapes(attrs: dict[str, Any]) -> tuple[int, int]:
