@@ -290,6 +290,7 @@ def _print_summary(data: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from sktune.report.export import interrupted_count
     from sktune.tuning.host_time import host_time_lines
     from sktune.tuning.verified import fuse_all_bitwise, verify_shapes_line
     from sktune.tuning.records import speedup_interval, speedup_of
@@ -343,8 +344,7 @@ def _print_summary(data: dict[str, Any]) -> None:
     console.print(
         f"trials: {data['n_trials']} ({data['n_complete']} complete, {data['n_infeasible']} infeasible "
         f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed"
-        + (f", {data['n_interrupted']} interrupted (their run stopped; their plans run again)"
-           if data.get("n_interrupted") else "") + "; "
+        + interrupted_count(data) + "; "
         f"{data.get('n_reused', 0)} reused an earlier trial of the same plan, not compiled); "
         f"verified on {data['input_sets']} input sets; {data['threads']} thread(s)"
         + (f" on {data['cpu']['name']} ({data['cpu']['capability']} vectors)" if data.get("cpu") else "")

@@ -29,15 +29,18 @@ def failed_most_often(data: dict[str, Any]) -> str:
     return f"; most often: {reasons[0][0]} ({reasons[0][1]}×)" if reasons else ""
 
 
-def _interrupted(data: dict[str, Any]) -> str:
-    return f", {data['n_interrupted']} interrupted (their run stopped)" if data.get("n_interrupted") else ""
+def interrupted_count(data: dict[str, Any]) -> str:
+    """``, N interrupted (…)`` from a summary, or nothing: trials whose run stopped are no
+    failure of their plan (the CLI's and the report's counts, and the errors, say it alike)."""
+    return (f", {data['n_interrupted']} interrupted (their run stopped; their plans run again)"
+            if data.get("n_interrupted") else "")
 
 
 def no_result(data: dict[str, Any]) -> str:
     """Why a study names no plan, from its summary: its failures, and what to change (the
     CLI's error and the report's verdict)."""
     text = (f"no bitwise-exact plan, not even the unfused one: {data['n_complete']} of {data['n_trials']} trials "
-            f"completed, {data['n_failed']} failed{_interrupted(data)}{failed_most_often(data)}")
+            f"completed, {data['n_failed']} failed{interrupted_count(data)}{failed_most_often(data)}")
     reasons = data.get("failure_reasons") or []
     if reasons and reasons[0][0].startswith("hang"):
         text += "; a hang is a trial past --trial-timeout: raise it for a model that is slow to compile"
@@ -59,7 +62,7 @@ def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
         raise ExportError(
             f"study {study.study_name!r} has no bitwise-exact completed trial "
             f"({data['n_complete']} complete, {data['n_infeasible']} not bitwise, {data['n_failed']} failed"
-            f"{_interrupted(data)}{now}{failed_most_often(data)}); run more trials (same --study and --storage "
+            f"{interrupted_count(data)}{now}{failed_most_often(data)}); run more trials (same --study and --storage "
             "resumes it)"
         )
     return data, Plan.from_json(data["best_plan"])

@@ -10,6 +10,7 @@ import optuna
 import pandas as pd
 
 from sktune.report import data
+from sktune.report.export import interrupted_count
 from sktune.report.html_table import cell, esc, interval, num, table, us
 from sktune.tuning.records import speedup_of
 
@@ -35,8 +36,7 @@ def summary_section(study: optuna.Study, summary: dict[str, Any]) -> str:
     counts = (f"{summary['n_trials']} trials: {summary['n_complete']} complete "
               f"({summary['n_infeasible']} not bitwise-exact), {summary['n_pruned']} pruned or skipped, "
               f"{summary['n_failed']} failed"
-              + (f", {summary['n_interrupted']} interrupted (their run stopped; their plans run again)"
-                 if summary.get("n_interrupted") else "") + ".")
+              + interrupted_count(summary) + ".")
     remeasured = "The best" + (" and fuse-everything" if summary.get("fuse_all") else "")
     source = {"re-measured": f"{remeasured} times were re-measured after the search "
                              "(the search's minimum is biased low)",

@@ -278,4 +278,4 @@ def test_a_trial_its_stopped_run_failed_is_interrupted_not_failed() -> None:
 
     assert list(trials_data.history(study)["status"]) == ["interrupted", "failed"]
     assert [f["kind"] for f in trials_data.failures(study)] == ["interrupted", "hang"]
-    assert "1 failed, 1 interrupted (their run stopped)" in no_result(out)
+    assert "1 failed, 1 interrupted (their run stopped; their plans run again)" in no_result(out)
