@@ -93,14 +93,11 @@ def judge_step_trace_free(kernels: pd.DataFrame, trace: pd.DataFrame) -> CheckRe
     """Each step's ``Free`` against the device idle read from kernel_details.csv two ways: up to
     the next step's first kernel (torch-npu's step range, as docs/npu_api.md reads its parser)
     or between the step's own kernels only (span − busy). Every device task counts, markers too."""
-    from sktune.measure.ascend_summary import union_ns
+    from sktune.measure.ascend_summary import free_by_step, step_intervals, union_ns
 
     name = "step_trace_free"
-    tasks = kernels[~kernels["is_duplicate"] & kernels["step"].notna() & kernels["start_ns"].notna()
-                    & kernels["duration_us"].notna()]
-    spans = {int(step): [(int(s), int(s) + round(d * 1000)) for s, d in zip(rows["start_ns"], rows["duration_us"])]
-             for step, rows in tasks.groupby("step")}
-    free = trace.dropna(subset=["free_us"]).groupby("step")["free_us"].mean()  # over devices, as summarize reads it
+    spans = step_intervals(kernels[~kernels["is_duplicate"]])
+    free = free_by_step(trace)  # over devices, as summarize reads it
     order = sorted(spans)
     rows = []
     for k, step in enumerate(order):

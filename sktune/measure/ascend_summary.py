@@ -9,7 +9,6 @@ integer nanoseconds while computing and reported in µs; marker kernels
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -93,6 +92,20 @@ def union_ns(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
+def step_intervals(rows: pd.DataFrame) -> dict[int, list[tuple[int, int]]]:
+    """Each step's device intervals (start, end) in ns, from the kernel_details rows that have
+    a step, a start and a duration (which rows count, markers or not, is the caller's choice)."""
+    timed = rows[rows["step"].notna() & rows["start_ns"].notna() & rows["duration_us"].notna()]
+    return {int(step): [(int(s), int(s) + round(d * 1000)) for s, d in zip(t["start_ns"], t["duration_us"])]
+            for step, t in timed.groupby("step")}
+
+
+def free_by_step(trace: pd.DataFrame) -> dict[int, float]:
+    """Each step's ``Free`` (µs) from step_trace_time.csv, averaged over its devices' rows."""
+    free = trace.dropna(subset=["free_us"]).groupby("step")["free_us"].mean()
+    return {int(k): round(float(v), 3) for k, v in free.items()}
+
+
 def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None = None) -> ProfileSummary:
     """Per step: span (first kernel start to last kernel end), busy (union of kernel
     intervals), gap (span − busy), step_trace_time.csv's ``Free`` where present (``StepStats``)
@@ -108,12 +121,12 @@ def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None =
     markers = int(df["is_marker"].sum())
     work = df[~df["is_marker"]]
     timed = work[work["start_ns"].notna() & work["duration_us"].notna()]
-    free, cut_in_step_trace = _free_by_step(files.step_trace)
-    timed_by_step = {step: rows for step, rows in timed.groupby("step")}
+    trace = read_step_trace(files.step_trace) if files.step_trace is not None else None
+    free = free_by_step(trace) if trace is not None else {}
+    intervals = step_intervals(work)
     steps = []
     for step, rows in work.groupby("step", sort=True):
-        t = timed_by_step.get(step, timed.iloc[:0])
-        spans = [(int(s), int(s) + round(d * 1000)) for s, d in zip(t["start_ns"], t["duration_us"])]
+        spans = intervals.get(int(step), [])
         span = (max(e for _, e in spans) - min(s for s, _ in spans)) if spans else 0
         busy = union_ns(spans)
         steps.append(StepStats(int(step), span / 1000, busy / 1000, round((span - busy) / 1000, 3), len(rows),
@@ -130,7 +143,7 @@ def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None =
         superkernels=_superkernels(work[work["is_superkernel"]]), markers_filtered=markers,
         duplicates_dropped=duplicates, untimed_rows=len(work) - len(timed), fusion_fail_reasons=tuple(fail),
         step_ids=step_ids, unstepped_rows=int(work["step"].isna().sum()),
-        cut_rows=df.attrs["cut_rows"] + cut_in_step_trace)
+        cut_rows=df.attrs["cut_rows"] + (trace.attrs["cut_rows"] if trace is not None else 0))
 
 
 def kernels_per_step(kernels: pd.DataFrame, top: int = 15) -> list[dict[str, Any]]:
@@ -166,15 +179,6 @@ def step_spans(summary: dict[str, Any], expected: int) -> list[float]:
     if len(spans) != expected:
         raise ProfileError(f"the NPU profile {summary['source']} has {len(spans)} steps, expected {expected}")
     return spans
-
-
-def _free_by_step(step_trace: Path | None) -> tuple[dict[int, float], int]:
-    """Each step's ``Free`` (µs), and how many rows were cut short."""
-    if step_trace is None:
-        return {}, 0
-    trace = read_step_trace(step_trace)
-    free = trace.dropna(subset=["free_us"]).groupby("step")["free_us"].mean()
-    return {int(k): round(float(v), 3) for k, v in free.items()}, trace.attrs["cut_rows"]
 
 
 def _superkernels(rows: pd.DataFrame) -> tuple[SuperKernelTotal, ...]:
