@@ -98,14 +98,14 @@ def run_command(
             saved = stop_note(settings.study, settings.storage)  # saved, deleted, or handed to another worker
             terminated = isinstance(stop, Terminated)
             err_console.print(f"{'terminated' if terminated else 'interrupted'}: {saved}", soft_wrap=True)
+            if summary_json is not None:
+                _write_stopped_summary(summary_json, settings.study, settings.storage,
+                                       "terminated" if terminated else "interrupted")
             raise typer.Exit(143 if terminated else 130) from None
     _print_summary(data)
     if summary_json is not None:
         with user_errors(debug):
-            try:
-                summary_json.write_text(json.dumps(data, indent=2))
-            except OSError as exc:
-                raise SktuneError(f"cannot write --summary-json {summary_json}: {exc}") from exc
+            _write_summary(summary_json, data)
         err_console.print(f"summary written to {summary_json}")
     if data["best_plan"] is None and not data.get("keep_unfused_reason"):
         # Not even the unfused plan completed: there is no result, and the run says why.
@@ -113,6 +113,32 @@ def run_command(
 
         err_console.print(f"[bold red]error:[/] {escape(no_result(data))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _write_summary(path: Path, data: dict[str, Any]) -> None:
+    from sktune.errors import SktuneError
+
+    try:
+        path.write_text(json.dumps(data, indent=2))
+    except OSError as exc:
+        raise SktuneError(f"cannot write --summary-json {path}: {exc}") from exc
+
+
+def _write_stopped_summary(path: Path, study: str, storage: str, how: str) -> None:
+    """The summary of what a stopped run saved, for a script that reads --summary-json (its
+    ``stopped`` says how the run ended; its ``provisional`` why the figures are the search's).
+    Nothing saved, or the storage gone: one line, no file."""
+    from sktune.errors import SktuneError
+    from sktune.tuning.storage import load_existing_study
+    from sktune.tuning.summary import summary
+
+    try:
+        data = summary(load_existing_study(study, storage))
+        _write_summary(path, {**data, "stopped": how})
+    except (SktuneError, KeyboardInterrupt) as exc:  # a second Ctrl-C skips it
+        err_console.print(f"no summary written to {path}: {exc or 'interrupted again'}", soft_wrap=True)
+        return
+    err_console.print(f"summary of the trials saved so far written to {path}", soft_wrap=True)
 
 
 class Terminated(KeyboardInterrupt):

@@ -1,0 +1,38 @@
+"""--summary-json after Ctrl-C or SIGTERM: a script that reads it gets what was saved."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.tuned_study import TinyStudy, tiny_study
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> TinyStudy:
+    return tiny_study(tmp_path_factory)
+
+
+def test_a_stopped_run_writes_the_summary_of_its_saved_trials(tuned: TinyStudy, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from sktune.cli.run_cmd import _write_stopped_summary
+
+    out = tmp_path / "s.json"
+    _write_stopped_summary(out, tuned.name, tuned.storage, "terminated")
+    data = json.loads(out.read_text())
+    assert data["stopped"] == "terminated" and data["study"] == tuned.name
+    assert data["n_trials"] >= 1 and "best_plan" in data
+    assert "summary of the trials saved so far written to" in capsys.readouterr().err
+
+
+def test_a_run_stopped_before_anything_was_saved_writes_no_summary(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from sktune.cli.run_cmd import _write_stopped_summary
+
+    out = tmp_path / "s.json"
+    _write_stopped_summary(out, "s", f"sqlite:///{tmp_path}/none.db", "interrupted")
+    assert not out.exists()
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"no summary written to {out}" in err and "does not exist" in err
