@@ -132,6 +132,24 @@ def fingerprint(workload: Workload) -> dict[str, Any]:
     }
 
 
+def _shapes_changed(name: str, old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Why a study tuned at other shapes is not resumed, even with --allow-changed: its every
+    trial was timed, weighted and verified at those shapes, so its figures do not compare."""
+    def named(fingerprint: dict[str, Any]) -> str:
+        shapes = fingerprint.get("shapes")
+        return f"shapes {', '.join(shapes)}" if shapes else "one input shape (no input_shapes())"
+
+    was, now = named(old), named(new)
+    if was == now:
+        was += " with other sizes or weights than the model's input_shapes() gives now"
+    # The same model file: its input_shapes() still declares the shapes the study was tuned at.
+    again = (f"resume with --shapes {','.join(old['shapes'])}, or " if old.get("shapes")
+             and old.get("model_sha256") == new["model_sha256"] and was != now else "")
+    return (f"study {name!r} was tuned at {was}; this run tunes at {now}. Its trials were timed and verified at "
+            f"those shapes, so they do not compare with this run's: {again}use a new --study name "
+            "(--allow-changed does not cover the tuned shapes)")
+
+
 def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_path: Path,
             settings: dict[str, Any], allow_changed: bool = False,
             first: Sequence[Named] = (), overrides: Mapping[str, dict[str, Any]] | None = None) -> StartingQueue:
@@ -183,6 +201,9 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
                      space: SearchSpace, settings: dict[str, Any], allow_changed: bool,
                      model_path: Path | None = None) -> None:
     name = study.study_name
+    old, new = study.user_attrs.get(StudyAttr.FINGERPRINT, {}), fingerprint(workload)
+    if old and old.get("shapes") != new.get("shapes"):  # first: other shapes may also give another space
+        raise SktuneError(_shapes_changed(name, old, new))
     if existing != space.signature():
         raise SktuneError(
             f"study {name!r} was created for a different graph or search space "
@@ -194,7 +215,6 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
                 f"study {name!r} was run with --{key.replace('_', '-')} {study.user_attrs.get(key)}, "
                 f"not {value}; resume with the same value or use a new --study name"
             )
-    old, new = study.user_attrs.get(StudyAttr.FINGERPRINT, {}), fingerprint(workload)
     # A study from before sktune recorded the CPU says nothing about it: not a change.
     compared = [k for k in new if k in old or k not in CPU_KEYS]
     changed = [f"{k}: {old.get(k)!r} → {new[k]!r}" for k in compared if old.get(k) != new[k]]

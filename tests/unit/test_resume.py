@@ -188,6 +188,27 @@ def test_a_changed_model_is_refused_unless_allowed(space: SearchSpace) -> None:
     assert change["model"] == "m.py" and change["changed"][0].startswith("model_sha256: ")
 
 
+def test_a_study_resumed_at_other_tuned_shapes_is_refused_even_when_allowed(space: SearchSpace) -> None:
+    """--shapes on resume, or an edited input_shapes(): the trials were weighted and verified at
+    the old shapes. The message says which shapes, and how to resume (was: the whole fingerprint)."""
+    served = {"bs8": ServedShape(0.7, [[4, 8]]), "bs1": ServedShape(0.3, [[1, 8]])}
+    study = new_study()
+    prepare(study, replace(describe(), shapes=served), space, Path("m.py"), SETTINGS)
+    for allowed in (False, True):
+        with pytest.raises(SktuneError, match=r"tuned at shapes bs8, bs1; this run tunes at shapes bs8\..*"
+                                              r"resume with --shapes bs8,bs1, or use a new --study name"):
+            prepare(study, replace(describe(), shapes={"bs8": served["bs8"]}), space, Path("m.py"), SETTINGS,
+                    allow_changed=allowed)
+    reweighted = {**served, "bs8": ServedShape(0.5, [[4, 8]])}
+    with pytest.raises(SktuneError, match="tuned at shapes bs8, bs1 with other sizes or weights") as refused:
+        prepare(study, replace(describe("edited"), shapes=reweighted), space, Path("m.py"), SETTINGS,
+                allow_changed=True)
+    assert "--shapes" not in str(refused.value)
+    with pytest.raises(SktuneError, match="this run tunes at one input shape"):
+        prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    prepare(study, replace(describe(), shapes=served), space, Path("m.py"), SETTINGS)  # the same shapes: resumed
+
+
 def test_a_study_resumed_under_another_vector_capability_is_refused_unless_allowed(space: SearchSpace) -> None:
     # Exactness follows vector width: AVX2's verdicts are not AVX-512's.
     study = new_study()
