@@ -98,15 +98,21 @@ def _print(report: DoctorReport, workdir: Path, output: Path | None) -> None:
 
     console = Console()
     title = f"sktune doctor on {report.device}" + (" (EMULATED Ascend)" if report.emulated else "")
-    table = Table(title=title)
-    for header in ("check", "status", "detail"):
-        table.add_column(header, overflow="fold")  # paths are evidence: never cut them short
-    for row in report.checks:
-        style = _STYLE[row.kind]
-        table.add_row(row.name, f"[{style}]{escape(row.status)}[/]", escape(row.detail))
-    console.print(table)
+    if console.is_terminal:
+        table = Table(title=title)
+        for header in ("check", "status", "detail"):
+            table.add_column(header, overflow="fold")  # paths are evidence: never cut them short
+        for row in report.checks:
+            style = _STYLE[row.kind]
+            table.add_row(row.name, f"[{style}]{escape(row.status)}[/]", escape(row.detail))
+        console.print(table)
+    else:  # a file or a pipe, pasted into an issue: one line a check, no table folded at 80 columns
+        console.print(title, highlight=False, markup=False)
+        for row in report.checks:
+            console.print(f"{row.name}: {row.status} | {row.detail}", highlight=False, markup=False,
+                          soft_wrap=True)
     counts = {kind: sum(r.kind == kind for r in report.checks) for kind in _STYLE}
     console.print(", ".join(f"{n} {kind}" for kind, n in counts.items()) + f"; files of this run: {workdir}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     hint = f"wrote {output}" if output else "attach `sktune doctor --json -o doctor.json` to a report"
-    console.print(hint, highlight=False)
+    console.print(hint, highlight=False, soft_wrap=True)
