@@ -29,7 +29,7 @@ def record_creator(study: optuna.Study) -> dict[str, Any]:
     """Say in the study that this run created it, so that it prepares it; the record. Its
     heartbeat first, at 0 (``CreatorHeartbeat`` raises it), so that a worker that sees the
     creator sees its heartbeat."""
-    record = {**worker_tag(), "at": time.time()}
+    record = worker_tag()
     study.set_user_attr(StudyAttr.CREATOR_BEAT, 0)
     study.set_user_attr(StudyAttr.CREATOR, record)
     return record
@@ -40,7 +40,7 @@ def record_waiter(study: optuna.Study) -> None:
     a creator stopped during its start-up then hands the study over instead of deleting it
     (``dropped_unless_prepared``). The last one to load it is enough to know of."""
     if StudyAttr.SPACE not in _user_attrs(study):
-        study.set_user_attr(StudyAttr.WAITER, {**worker_tag(), "at": time.time()})
+        study.set_user_attr(StudyAttr.WAITER, worker_tag())
 
 
 RECORD_POLL_S = 0.1

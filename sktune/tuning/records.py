@@ -146,6 +146,15 @@ def planned_params(study: optuna.Study) -> list[dict[str, Any]]:
             if not interrupted(t)]
 
 
+def started_at(trial: FrozenTrial) -> float | None:
+    """When ``trial`` started, in epoch seconds: its worker tag's (``storage.worker_tag``),
+    else Optuna's start read as this host's local time (a trial not tagged yet)."""
+    tag = trial.user_attrs.get(TrialAttr.WORKER) or {}
+    if isinstance(tag.get("at"), (int, float)):
+        return float(tag["at"])
+    return trial.datetime_start.timestamp() if trial.datetime_start is not None else None
+
+
 def plan_of(trial: FrozenTrial, *, as_queued: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """A trial's plan: its parameters and the option overrides set when it was queued.
     ``as_queued``: the parameters fixed at queueing, which a trial that has not run yet

@@ -36,14 +36,14 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.plan import Plan
-from sktune.tuning.records import FINISHED, FIXED, TrialAttr, interrupted, is_yardstick, plan_of, reused, skipped
+from sktune.tuning.records import (FINISHED, FIXED, TrialAttr, interrupted, is_yardstick, plan_of, reused, skipped,
+                                   started_at)
 from sktune.tuning.trial_writer import record_reused
 
 # The result attributes a copy carries. Costs (compile_s, measure_s, overhead_s,
@@ -95,7 +95,7 @@ def pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def in_flight(study: optuna.Study, plan: Plan, number: int, now: datetime, limit_s: float,
+def in_flight(study: optuna.Study, plan: Plan, number: int, now: float, limit_s: float,
               queued: tuple[dict[str, Any], dict[str, Any]] | None = None) -> FrozenTrial | None:
     """An earlier trial (lower number) measuring ``plan`` right now: another worker's.
 
@@ -109,8 +109,8 @@ def in_flight(study: optuna.Study, plan: Plan, number: int, now: datetime, limit
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if trial.number >= number or skipped(trial) or is_yardstick(trial):  # a yardstick is never reused
             continue
-        started = trial.datetime_start
-        if started is None or (now - started).total_seconds() > limit_s:
+        started = started_at(trial)
+        if started is None or now - started > limit_s:
             continue
         if TrialAttr.PLAN in trial.user_attrs:
             if plan_key(trial) == key:
@@ -133,7 +133,7 @@ def wait_for_twin(study: optuna.Study, plan: Plan, number: int, limit_s: float,
     known by the plan it was queued as (``queued``).
     """
     waited = None
-    while (twin := in_flight(study, plan, number, datetime.now(), limit_s, queued)) is not None:
+    while (twin := in_flight(study, plan, number, time.time(), limit_s, queued)) is not None:
         waited = twin.number
         pause(POLL_S)
     return waited

@@ -124,7 +124,10 @@ def _rdb_storage(url: str, attempts: int = 6) -> RDBStorage:
 
 
 def worker_tag() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid()}
+    """This process, and when it took the record (``at``: epoch seconds): Optuna's
+    ``datetime_start`` is the local time of the host that wrote it, naive, so a trial of a
+    host in another time zone looked hours old, or hours from starting (``records.started_at``)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
 
 
 def _alive(pid: int) -> bool:

@@ -155,7 +155,7 @@ def test_the_replay_worker_counts_compiles_and_measurements(space: SearchSpace) 
 def test_a_plan_another_worker_is_measuring_now_waits_for_it_and_takes_its_outcome(
         space: SearchSpace, monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers that start together queue the same first plan: the later trial is not measured."""
-    from datetime import datetime, timedelta
+    import time
 
     import sktune.tuning.reuse as reuse
 
@@ -190,19 +190,25 @@ def test_a_plan_another_worker_is_measuring_now_waits_for_it_and_takes_its_outco
     running = optuna.create_study()
     late = running.ask()
     late.set_user_attr(TrialAttr.PLAN, plan.to_json())
-    assert reuse.in_flight(running, plan, 5, datetime.now(), 600.0) is not None
-    assert reuse.in_flight(running, plan, 5, datetime.now() + timedelta(hours=1), 600.0) is None  # taken for dead
-    assert reuse.in_flight(running, plan, 0, datetime.now(), 600.0) is None  # only an earlier trial counts
-    assert reuse.in_flight(running, space.decode(other), 5, datetime.now(), 600.0) is None
+    assert reuse.in_flight(running, plan, 5, time.time(), 600.0) is not None
+    assert reuse.in_flight(running, plan, 5, time.time() + 3600, 600.0) is None  # taken for dead
+    assert reuse.in_flight(running, plan, 0, time.time(), 600.0) is None  # only an earlier trial counts
+    assert reuse.in_flight(running, space.decode(other), 5, time.time(), 600.0) is None
+    # Optuna's start is the naive local time of the host that wrote it: a worker in another
+    # time zone started hours "ago" or "ahead". Its worker tag's epoch time decides.
+    late.set_user_attr(TrialAttr.WORKER, {"host": "elsewhere", "pid": 1, "at": time.time() - 3600})
+    assert reuse.in_flight(running, plan, 5, time.time(), 600.0) is None  # its tag: started an hour ago
+    late.set_user_attr(TrialAttr.WORKER, {"host": "elsewhere", "pid": 1, "at": time.time() - 5.0})
+    assert reuse.in_flight(running, plan, 5, time.time(), 600.0) is not None
     # Two workers topping up together start both twins within milliseconds: the earlier has not
     # recorded its plan yet, and is known by the plan it was queued as.
     queued = optuna.create_study()
     queued.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: "safe-runs"})
     queued.ask()  # RUNNING, its plan not recorded yet
-    assert reuse.in_flight(queued, plan, 5, datetime.now(), 600.0, (dict(params), {})) is not None
-    assert reuse.in_flight(queued, plan, 5, datetime.now(), 600.0) is None  # nothing to tell it by
-    assert reuse.in_flight(queued, plan, 5, datetime.now(), 600.0, (dict(params), {"cpp_wrapper": True})) is None
-    assert reuse.in_flight(queued, plan, 5, datetime.now(), 600.0, (dict(other), {})) is None
+    assert reuse.in_flight(queued, plan, 5, time.time(), 600.0, (dict(params), {})) is not None
+    assert reuse.in_flight(queued, plan, 5, time.time(), 600.0) is None  # nothing to tell it by
+    assert reuse.in_flight(queued, plan, 5, time.time(), 600.0, (dict(params), {"cpp_wrapper": True})) is None
+    assert reuse.in_flight(queued, plan, 5, time.time(), 600.0, (dict(other), {})) is None
 
 
 def test_a_trial_waiting_for_an_interrupted_twin_measures_the_plan(space: SearchSpace,

@@ -5,7 +5,9 @@ starting points replace. Scripted objectives: no compile, no worker."""
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
+
 import optuna
 import pytest
 
@@ -285,4 +287,6 @@ def test_a_trial_names_its_worker_as_optuna_creates_it(space: SearchSpace) -> No
     study.enqueue_trial({NO_SCOPES: True})
     for _ in range(2):  # a queued trial, then a sampled one
         trial = study.ask()
-        assert study._storage.get_trial_user_attrs(trial._trial_id)[TrialAttr.WORKER] == worker_tag()
+        tag = study._storage.get_trial_user_attrs(trial._trial_id)[TrialAttr.WORKER]
+        assert {k: tag[k] for k in ("host", "pid")} == {k: worker_tag()[k] for k in ("host", "pid")}
+        assert abs(tag["at"] - time.time()) < 60  # epoch seconds: any host's time zone reads it alike
