@@ -127,10 +127,10 @@ class InductorBackend(Backend):
             "# each fused group is one Inductor-compiled region, everything else runs eagerly.",
             # The trials call the captured graph directly; torch.compile's Dynamo checks its
             # guards on every call, a fixed cost the table's times do not hold (docs/measured.md).
-            "# The times above call the captured graph directly. Through torch.compile every call also pays",
-            "# Dynamo's guard check, a fixed cost per call (tens of microseconds and more on a loaded machine:",
-            "# a plan timed 1.8x faster has run slower than eager this way). Time the model as you will call",
-            "# it: benchmarks/call_overhead.py MODEL.py --plan EXPORT.json in sktune's repository (docs/measured.md).",
+            "# The speedup above calls the captured graph directly. Through torch.compile every call also pays",
+            "# Dynamo's fixed cost (its frame hook and guards: tens of microseconds, more on a loaded machine; the",
+            "# study times it where it can, above). Time the model as you will call it elsewhere:",
+            "# benchmarks/call_overhead.py MODEL.py --plan EXPORT.json in sktune's repository (docs/measured.md).",
             *default.before_plan))
 
     def environment(self) -> dict[str, str]:

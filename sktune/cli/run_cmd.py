@@ -318,6 +318,7 @@ def _print_summary(data: dict[str, Any]) -> None:
 
     from sktune.report.export import interrupted_count
     from sktune.tuning.host_time import host_time_lines
+    from sktune.tuning.summary import through_compile_line
     from sktune.tuning.verified import fuse_all_bitwise, verify_shapes_line
     from sktune.tuning.records import speedup_interval, speedup_of
 
@@ -367,6 +368,8 @@ def _print_summary(data: dict[str, Any]) -> None:
         console.print(f"best exact plan: {verdict}; times {source}")
         if data.get("provisional"):
             console.print(f"[yellow]provisional: {data['provisional']}[/]", highlight=False)
+        if line := through_compile_line(data.get("through_compile")):
+            console.print(escape(line), highlight=False)
     console.print(
         f"trials: {data['n_trials']} ({data['n_complete']} complete, {data['n_infeasible']} infeasible "
         f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed"

@@ -183,6 +183,47 @@ class ConfirmResult:
 
 
 @dataclass(frozen=True)
+class ThroughCompileRequest:
+    """Time ``plan`` as the export runs it, through ``sktune.apply`` (``torch.compile``: Dynamo
+    checks its guards on every call), beside the plan called directly as the trials call it;
+    both against the eager model, interleaved, at the heaviest shape."""
+
+    plan: Plan
+    rounds: int = 6
+    n_batches: int = 5
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_json(), "rounds": self.rounds, "n_batches": self.n_batches}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ThroughCompileRequest":
+        return cls(Plan.from_json(data["plan"]), int(data.get("rounds", 6)), int(data.get("n_batches", 5)))
+
+
+@dataclass(frozen=True)
+class ThroughCompileResult:
+    """``applied``: ``sktune.apply(model, plan)`` against the eager model; ``direct``: the plan's
+    compiled graph called directly, against the same; ``mismatches``: output elements of the
+    applied model that differ from the unfused references, over every input set."""
+
+    applied: PairedTiming
+    direct: PairedTiming
+    mismatches: int
+    compile_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"applied": self.applied.to_json(), "direct": self.direct.to_json(), "mismatches": self.mismatches,
+                "compile_s": self.compile_s}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ThroughCompileResult":
+        if not isinstance(data, dict) or not {"applied", "direct", "mismatches"} <= data.keys():
+            raise MalformedResult("malformed timing through torch.compile from the worker")
+        return cls(PairedTiming.from_json(data["applied"]), PairedTiming.from_json(data["direct"]),
+                   int(data["mismatches"]), float(data.get("compile_s", 0.0)))
+
+
+@dataclass(frozen=True)
 class BisectRequest:
     """Find the smallest op range of ``plan`` that still breaks bitwise equality, within
     ``max_runs`` compile+verify runs."""

@@ -19,6 +19,7 @@ from sktune.plan import Plan
 from sktune.tuning.settings import DEFAULT_STORAGE
 from sktune.tuning.records import StudyAttr
 from sktune.tuning.storage import mask_url
+from sktune.tuning.summary import through_compile_line
 
 EXPORT_VERSION = 1
 
@@ -111,6 +112,8 @@ def export_json(study: optuna.Study, storage: str | None = None) -> dict[str, An
             "verify_only_shapes": (data.get("verify_shapes") or {}).get("shapes"),
             # npu: more shapes than npugraph_ex captures by default (the python snippet raises capture_limit).
             "capture_limit_warning": data.get("capture_limit_warning"),
+            # The best through sktune.apply (torch.compile), as this export runs it; None: not timed.
+            "through_compile": data.get("through_compile"),
             "shapes": data.get("shapes"),
             "n_ops": len(attrs.get(StudyAttr.OPS, [])),
             "op_types": [op["target"] for op in attrs.get(StudyAttr.OPS, [])],
@@ -162,9 +165,11 @@ def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[s
     shapes = [f"{name} {s['speedup']:.2f}x" + ("" if s["verified_bitwise"] else " (NOT bitwise)")
               for name, s in (data.get("shapes") or {}).items()]
     checked = [name for name, o in ((data.get("verify_shapes") or {}).get("best") or {}).items() if o["bitwise"]]
+    through = through_compile_line(data.get("through_compile"))
     return [
         f"# {measured}: speedup {data['speedup']:.3f}x over unfused (95 % interval {lo:.3f}-{hi:.3f}x, {verdict}),",
         f"# baseline timed in the same run; {verified}.",
+        *([f"# Measured {through}."] if through else []),
         *([f"# One plan for every served shape (the speedup above is their weighted mean): {', '.join(shapes)};",
            "# at any other input shape the plan is unverified."] if shapes else []),
         *([f"# Also verified bitwise, not timed, at the verify-only shapes {', '.join(checked)}."] if checked else []),

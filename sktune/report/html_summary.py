@@ -44,8 +44,17 @@ def summary_section(study: optuna.Study, summary: dict[str, Any]) -> str:
     return (f'<h2 id="summary">1. Summary</h2><p class="verdict {data.verdict_kind(summary)}">{esc(data.verdict(summary))}</p>'
             f"<p>{esc(counts)} {esc(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
             "the same run (&lt; 1 is faster); a gain is real only when its interval excludes 1.</p>"
-            f"{comp_html}{_host_time(summary)}{_shapes(summary)}{_verify_shapes(summary)}{_anchors(summary)}"
+            f"{comp_html}{_through_compile(summary)}{_host_time(summary)}{_shapes(summary)}{_verify_shapes(summary)}{_anchors(summary)}"
             f"<h3>Environment</h3>{env}")
+
+
+def _through_compile(summary: dict[str, Any]) -> str:
+    """The best as the export runs it (sktune.apply): what Dynamo adds to each call."""
+    from sktune.tuning.summary import through_compile_line
+
+    line = through_compile_line(summary.get("through_compile"))
+    bitwise = (summary.get("through_compile") or {}).get("bitwise", True)
+    return f'<p class="{"note" if bitwise else "bad"}">{esc(line[0].upper() + line[1:])}.</p>' if line else ""
 
 
 def _verify_shapes(summary: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ import optuna
 from sktune.backends import get_backend
 from sktune.errors import SktuneError
 from sktune.tuning.budget import Effort, Patience, TrialBudget
-from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best
+from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best, time_through_compile
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.space.search_space import UNFUSED
 from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
@@ -210,6 +210,9 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                 run_yardsticks(study, space, workload, objective, callbacks, effort.whole_region_cap)
             with phases("finalists"):
                 confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
+            with phases("through_compile"):
+                time_through_compile(study, worker, settings.trial_timeout,
+                                     backend.device_profiler is None)
             with phases("profiles"):
                 profile_baseline_and_best(study, worker, settings.trial_timeout)
             record_earlier_runs(study)  # before this run's phases replace the last one's

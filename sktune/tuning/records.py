@@ -92,6 +92,9 @@ class StudyAttr:
     PROFILE_BASELINE = "profile_baseline"
     PROFILE_BEST = "profile_best"
     PROFILE_BEST_TRIAL = "profile_best_trial"
+    # The best plan timed through sktune.apply (torch.compile) and called directly, against the
+    # eager model: {trial, shape, applied, direct, mismatches, compile_s} or {trial, failed}
+    THROUGH_COMPILE = "through_compile"
     PHASES_S = "phases_s"  # seconds of the last run's search, refinement, finalists, profiles
     RUN = "run:"  # + host:pid:a random tag: one record per finished run (tuning/host_time.py)
     WHOLE_REGION_SKIPPED = "whole_region_skipped"  # why the whole-region refinement was not tried (refine.py)

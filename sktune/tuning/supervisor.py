@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 from sktune.errors import SktuneError
 from sktune.plan import Plan
 from sktune.pipe.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, MalformedResult,
-                                  ProfileRequest, ProfileResult, RunnerConfig, TimingUpdate, TrialRequest, TrialResult,
-                                  WorkerFailure)
+                                  ProfileRequest, ProfileResult, RunnerConfig, ThroughCompileRequest,
+                                  ThroughCompileResult, TimingUpdate, TrialRequest, TrialResult, WorkerFailure)
 from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
 from sktune.pipe.workload import Workload
 from sktune.worker.serve import serve
@@ -90,6 +90,9 @@ class SupervisedWorker:
 
     def confirm(self, request: ConfirmRequest, timeout: float) -> ConfirmResult | WorkerFailure:
         return self._typed("confirm", request.to_json(), timeout, ConfirmResult.from_json)
+
+    def through_compile(self, request: ThroughCompileRequest, timeout: float) -> ThroughCompileResult | WorkerFailure:
+        return self._typed("through_compile", request.to_json(), timeout, ThroughCompileResult.from_json)
 
     def profile(self, request: ProfileRequest, timeout: float) -> ProfileResult | WorkerFailure:
         return self._typed("profile", request.to_json(), timeout, ProfileResult.from_json)

@@ -24,7 +24,8 @@ from sktune.measure.stats import PairedTiming, paired_timing
 from sktune.plan import Plan, Scope
 from sktune.worker.probe import across_shapes, probe_exactness
 from sktune.pipe.protocol import (BisectRequest, BisectResult, ConfirmRequest, ConfirmResult, ProfileRequest,
-                                    ProfileResult, StaticCompile, TimingUpdate, TrialRequest, TrialResult)
+                                    ProfileResult, StaticCompile, ThroughCompileRequest, ThroughCompileResult,
+                                    TimingUpdate, TrialRequest, TrialResult)
 from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
 from sktune.worker.startup import RunnerConfig, ShapeSet, load_model, open_model, signature
 from sktune.worker.verify_only import VerifyOnly
@@ -48,6 +49,7 @@ class TrialRunner:
         self.backend = get_backend(config.backend, for_trials=True)
         loaded = load_model(config, self.backend, opened)
         self.source, self.weights, self.shape_sets = loaded.source, loaded.weights, loaded.shape_sets
+        self.model = loaded.model  # the eager model, as a user calls it (``through_compile``)
         self.capture_reused = loaded.capture_reused
         self.startup_s: dict[str, float] = dict(loaded.startup_s)  # where worker start-up time went
         primary = self.shape(None)
@@ -189,6 +191,34 @@ class TrialRunner:
                 samples[k][0].extend(b)
                 samples[k][1].extend(c)
         return ConfirmResult(tuple(paired_timing(b, c) for b, c in samples))
+
+    def through_compile(self, request: ThroughCompileRequest) -> ThroughCompileResult:
+        """Time the plan through ``sktune.apply``, as the export runs it, and called directly, as
+        the trials call it; both against the eager model in the same interleaved round, at
+        the heaviest shape. The trials' figures leave out what Dynamo adds to every call."""
+        from sktune._apply import apply
+
+        shape = self.shape(None)
+        direct = self.backend.compile(shape.graph, request.plan)
+        started = time.perf_counter()
+        applied = apply(self.model, request.plan, self.backend.name)
+        mismatches = sum(m.count for k, inputs in enumerate(shape.inputs)
+                         for m in compare_outputs(shape.references[k], flatten_outputs(applied(*inputs))))
+        compile_s = time.perf_counter() - started
+        inputs, args = shape.inputs[0], shape.args[0]
+        ways = [lambda: applied(*inputs), lambda: direct(*args)]
+        samples: list[tuple[list[float], list[float]]] = [([], []) for _ in ways]
+        if self.helper is not None:
+            self.helper.settle()  # nothing may compile beside a timing
+        for r in range(request.rounds):
+            for k in (0, 1) if r % 2 == 0 else (1, 0):  # neither always goes first
+                b, c, _ = self.backend.time_batches(lambda: self.model(*inputs), ways[k],
+                                                    n_batches=request.n_batches,
+                                                    batch_target_s=self.config.batch_target_s)
+                samples[k][0].extend(b)
+                samples[k][1].extend(c)
+        torch._dynamo.reset()  # the worker's later compiles start as before: no Dynamo cache of this model
+        return ThroughCompileResult(paired_timing(*samples[0]), paired_timing(*samples[1]), mismatches, compile_s)
 
     def verify_shapes(self) -> VerifyOnlyShapes:
         """The model's verify-only shapes (``verify_shapes()``), in its order."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from sktune.child_process import cut_short_library, die_with_parent, thread_locked_progress_bars
 from sktune.errors import SktuneError
-from sktune.pipe.protocol import BisectRequest, ConfirmRequest, ProfileRequest, TrialRequest
+from sktune.pipe.protocol import BisectRequest, ConfirmRequest, ProfileRequest, ThroughCompileRequest, TrialRequest
 from sktune.pipe.verify_shapes import VerifyRequest
 
 
@@ -57,6 +57,7 @@ def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, paren
                 "run": lambda p: runner.run(TrialRequest.from_json(p)).to_json(),
                 "more": lambda p: runner.more(int(p["n_batches"])).to_json(),
                 "confirm": lambda p: runner.confirm(ConfirmRequest.from_json(p)).to_json(),
+                "through_compile": lambda p: runner.through_compile(ThroughCompileRequest.from_json(p)).to_json(),
                 "profile": lambda p: runner.profile(ProfileRequest.from_json(p)).to_json(),
                 "bisect": lambda p: runner.bisect(BisectRequest.from_json(p)).to_json(),
                 "verify_shapes": lambda p: runner.verify_shapes().to_json(),

@@ -154,3 +154,23 @@ def test_apply_is_lazy_and_import_sktune_stays_light() -> None:
     assert "apply" in sktune.__all__
     with pytest.raises(ValueError, match="not returned by sktune.apply"):
         sktune.applied_plan(torch.nn.Linear(2, 2))
+
+
+def test_the_study_times_its_best_through_apply_as_the_export_runs_it(study: optuna.Study) -> None:
+    """The trials call the captured graph directly; a user calls sktune.apply (torch.compile),
+    and Dynamo adds a cost to every call that the table does not hold (docs/measured.md)."""
+    from sktune.tuning.summary import summary, through_compile_line
+
+    data = summary(study)
+    through = data["through_compile"]
+    if data["best_fuses_nothing"]:  # nothing to apply: nothing timed
+        assert through is None
+        return
+    assert through["trial"] == data["best_trial"] and through["failed"] is None
+    assert through["bitwise"] and through["mismatches"] == 0  # apply reproduces the verified outputs
+    assert 0 < through["speedup_ci"][0] <= through["speedup"] <= through["speedup_ci"][1]
+    assert through["call_cost_s"] > 0  # Dynamo's frame hook and guards: on every call, on any CPU
+    assert through["step_s"] == pytest.approx(through["eager_s"] / through["speedup"])
+    assert "Dynamo adds" in through_compile_line(through)
+    assert through_compile_line(through) in export_python(study)
+    assert export_json(study)["provenance"]["through_compile"] == through

@@ -11,6 +11,7 @@ from sktune.cli.run_cmd import _print_summary
 from sktune.report import data
 from sktune.report.export import export_python
 from sktune.report.html import render
+from sktune.tuning.records import StudyAttr
 from sktune.tuning.summary import summary
 from tests.report_fixtures import _plan, _timing
 
@@ -279,3 +280,23 @@ def test_a_trial_its_stopped_run_failed_is_interrupted_not_failed() -> None:
     assert list(trials_data.history(study)["status"]) == ["interrupted", "failed"]
     assert [f["kind"] for f in trials_data.failures(study)] == ["interrupted", "hang"]
     assert "1 failed, 1 interrupted (their run stopped; their plans run again)" in no_result(out)
+
+
+def test_a_through_compile_figure_is_shown_only_for_the_best_it_timed() -> None:
+    from sktune.measure.stats import PairedTiming
+    from sktune.tuning.summary import through_compile_line, through_compile_summary
+
+    study = optuna.create_study()
+    assert through_compile_summary(study, 3) is None  # not timed (emulated, device-profiled, unfused best)
+    timing = PairedTiming(100e-6, 80e-6, 0.8, (0.78, 0.82), 30)
+    direct = PairedTiming(100e-6, 55e-6, 0.55, (0.54, 0.56), 30)
+    study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": 3, "shape": "bs8", "applied": timing.to_json(),
+                                                    "direct": direct.to_json(), "mismatches": 2, "compile_s": 1.0})
+    assert through_compile_summary(study, 4) is None  # timed for a best since replaced
+    entry = through_compile_summary(study, 3)
+    assert entry["speedup"] == pytest.approx(1.25) and entry["call_cost_s"] == pytest.approx(25e-6)
+    line = through_compile_line(entry)
+    assert "at shape bs8: 1.25×" in line and "1.82× called directly" in line and "adds 25.0 µs" in line
+    assert "NOT bitwise there (2 elements differ)" in line
+    study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": 3, "failed": "hang: no answer within 300 s"})
+    assert through_compile_line(through_compile_summary(study, 3)).endswith("not timed (hang: no answer within 300 s)")
