@@ -238,7 +238,7 @@ def test_a_worker_warns_once_of_another_on_this_host_even_one_started_after_it()
 
 
 def test_the_best_is_compared_with_each_starting_point_the_summary_lists() -> None:
-    from sktune.cli.run_cmd import starting_points_line
+    from sktune.cli.summary_view import starting_points_line
 
     def point(anchor: str, trial: int, over: float, bitwise: bool = True) -> dict:
         return {"anchor": anchor, "trial": trial, "best_speedup_over": over, "bitwise": bitwise}

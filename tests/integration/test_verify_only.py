@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 import pytest
 
-from sktune.cli.run_cmd import _print_summary
+from sktune.cli.summary_view import print_summary
 from sktune.measure.stats import PairedTiming
 from sktune.pipe.protocol import ConfirmRequest, ConfirmResult, WorkerFailure
 from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
@@ -172,7 +172,7 @@ def test_a_finalist_inexact_at_a_verify_only_shape_is_not_named_best(runner: Tri
                                              "w37": [[[32, 40], "torch.float32"]]}
     assert provenance["verify_only_shapes"] == ["w32", "w37"]
     assert "verified bitwise, not timed, at the verify-only shapes w32, w37" in export_python(study)
-    _print_summary(out)
+    print_summary(out)
     printed = " ".join(capsys.readouterr().out.split())
     assert "verify-only shapes (2: w32, w37; not timed): best plan bitwise at all; passed over: trial #1" in printed
 
@@ -207,7 +207,7 @@ def test_the_capture_limit_warning_is_in_the_summary_and_one_cli_line(capsys: py
     out = summary(study)
     assert out["capture_limit_warning"].startswith("71 shapes declared (1 tuned + 70 verify-only)")
     assert out["verify_shapes"]["best"] is None and out["verify_shapes"]["verified_bitwise"] is False
-    _print_summary(out)
+    print_summary(out)
     printed = " ".join(capsys.readouterr().out.split())
     assert "warning: 71 shapes declared" in printed and "set capture_limit to at least 71" in printed
     assert "the best plan was not verified there" in printed

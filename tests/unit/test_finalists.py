@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 import pytest
 
-from sktune.cli.run_cmd import _print_summary
+from sktune.cli.summary_view import print_summary
 from sktune.errors import ExportError
 from sktune.measure.stats import PairedTiming
 from sktune.report import data
@@ -102,7 +102,7 @@ def test_a_fused_best_whose_interval_reaches_1_is_keep_unfused(shapes: bool, cap
     assert "Nothing to apply" in snippet and "sktune.apply" not in snippet  # it would only add compile's cost
     with pytest.raises(ExportError, match="keep the model unfused .*no scope markers to add"):
         export_patch(study)
-    _print_summary(out)
+    print_summary(out)
     assert "keep the model unfused: the fastest fused finalist" in " ".join(capsys.readouterr().out.split())
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from sktune.backends import get_backend
-from sktune.cli.run_cmd import _print_summary
+from sktune.cli.summary_view import print_summary
 from sktune.graph.capture import capture
 from sktune.measure.profile import REGION_CALL, STEP, profile_steps, step_profile
 from sktune.measure.raw_events import RawEvent
@@ -132,7 +132,7 @@ def test_summary_cli_and_report_carry_the_mark(capsys: pytest.CaptureFixture) ->
     study = _study(PARTIAL)
     out = summary(study)
     assert out["profile_partial"] == ["best"] and out["profile_best"]["unrecorded_us"] == 400.0
-    _print_summary(out)
+    print_summary(out)
     printed = capsys.readouterr().out
     assert "profile of the best is partial: 400.0 of 500.0 µs per step not recorded" in printed
     frame = data.time_breakdown(study)

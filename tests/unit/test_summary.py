@@ -7,7 +7,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from sktune.cli.run_cmd import _print_summary
+from sktune.cli.summary_view import print_summary
 from sktune.report import data
 from sktune.report.export import export_python
 from sktune.report.html import render
@@ -53,7 +53,7 @@ def test_a_best_that_fuses_nothing_is_exactly_one_with_no_interval(noise_ratio: 
     assert data.comparison(out)["ratio"].tolist()[-1] == 1.0
     assert "keep the model unfused" in render(study).lower()
     assert "keep it unfused" in export_python(study)
-    _print_summary(out)
+    print_summary(out)
     printed = capsys.readouterr().out
     assert "1.00× (unfused)" in printed and "keep the model unfused" in printed
 
@@ -95,7 +95,7 @@ def test_static_compile_reaches_the_summary_with_one_effective_options_warning(
     assert out["effective_options_checked"] is False and "trial 2" in out["effective_options_warning"]
     assert "compares only sk_meta/sk_options.json" in out["effective_options_warning"]  # the backend's forms
     assert "estimated host time (emulated)" in render(study)
-    _print_summary(out)
+    print_summary(out)
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps lines
     assert "estimated host time (emulated): 0 min 40 s with the static-kernel cache, 1 min 00 s without" in printed
     assert "effective options not checked" in printed
@@ -199,7 +199,7 @@ def test_best_vs_the_starting_points_uses_the_finalists_round(capsys: pytest.Cap
     assert anchors["fuse-all"]["best_speedup_over"] == pytest.approx(0.917 / 0.894)
     assert anchors["safe-runs"]["timing_source"] == "search"
     assert anchors["safe-runs"]["best_speedup_over"] == pytest.approx(0.963 / 0.894)
-    _print_summary(out)
+    print_summary(out)
     printed = " ".join(capsys.readouterr().out.split())
     assert "fuse-all 1.03×" in printed and "safe-runs 1.08×" in printed
     # A copy (a twin two workers queued took fuse-all's outcome) does not replace the round's figure,
@@ -222,7 +222,7 @@ def test_a_best_named_by_its_search_trial_is_provisional_and_says_why(capsys: py
     out = summary(study)
     assert out["timing_source"] == "search" and "no finalists' round has completed" in out["provisional"]
     assert data.verdict(out).startswith("Provisional: no finalists' round has completed")
-    _print_summary(out)
+    print_summary(out)
     assert "provisional: no finalists' round" in " ".join(capsys.readouterr().out.split())
     study.set_user_attr("finalists_failed", "hang: no answer within 300 s; worker killed")
     assert summary(study)["provisional"].startswith("the finalists' round failed (hang: no answer")

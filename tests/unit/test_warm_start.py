@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from sktune.capabilities import Capabilities, OptionSpec
-from sktune.cli.run_cmd import warm_start_lines
+from sktune.cli.summary_view import warm_start_lines
 from sktune.errors import SktuneError
 from sktune.graph.opgraph import Op
 from sktune.measure.stats import PairedTiming

@@ -9,7 +9,7 @@ from dataclasses import replace
 import optuna
 import pytest
 
-from sktune.cli.run_cmd import _print_summary
+from sktune.cli.summary_view import print_summary
 
 from sktune.capabilities import Capabilities, OptionSpec
 from sktune.graph.opgraph import Op
@@ -173,8 +173,8 @@ def test_the_regret_is_measured_against_the_yardstick_with_where_it_is_exact(mon
     import rich.console
 
     printed = rich.console.Console(width=80, record=True)
-    monkeypatch.setattr(rich.console, "Console", lambda: printed)  # _print_summary imports it when called
-    _print_summary(whole)
+    monkeypatch.setattr(rich.console, "Console", lambda: printed)  # print_summary imports it when called
+    print_summary(whole)
     row = next(line for line in printed.export_text().splitlines() if "yardstick #" in line)
     assert f"yardstick #{wide['yardstick_trial']}" in row and "2.00×" in row and "at wide only" in row
 
