@@ -58,7 +58,7 @@ def print_summary(data: dict[str, Any]) -> None:
 
     from sktune.report.export import interrupted_count
     from sktune.tuning.host_time import host_time_lines
-    from sktune.tuning.summary import through_compile_line
+    from sktune.tuning.through_compile import through_compile_line
     from sktune.tuning.verified import fuse_all_bitwise, verify_shapes_line
     from sktune.tuning.records import speedup_interval, speedup_of
 

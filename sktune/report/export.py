@@ -19,7 +19,7 @@ from sktune.plan import Plan
 from sktune.tuning.settings import DEFAULT_STORAGE
 from sktune.tuning.records import StudyAttr
 from sktune.tuning.storage import mask_url
-from sktune.tuning.summary import through_compile_line
+from sktune.tuning.through_compile import through_compile_line
 
 EXPORT_VERSION = 1
 

@@ -1,7 +1,6 @@
 """After the search: the finalists re-measured side by side with the unfused plan and, before
-one is named best, verified at the model's verify-only shapes (``verified.py``); the best
-timed as the export runs it, through ``sktune.apply``; then the baseline and the best plan
-profiled (busy time and gap explain the speedup)."""
+one is named best, verified at the model's verify-only shapes (``verified.py``); then the
+baseline and the best plan profiled (busy time and gap explain the speedup)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import optuna
 from sktune.graph.grouping import group_ops
 from sktune.plan import Plan
 from sktune.measure.stats import PairedTiming
-from sktune.pipe.protocol import ConfirmRequest, ProfileRequest, ThroughCompileRequest, WorkerFailure
+from sktune.pipe.protocol import ConfirmRequest, ProfileRequest, WorkerFailure
 from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
                                    speedup_of, top_records)
 from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
@@ -187,26 +186,3 @@ def profile_baseline_and_best(study: optuna.Study, worker: SupervisedWorker, tim
             log.warning("profiling %s failed: %s", key, result.reason)
         else:
             study.set_user_attr(key, result.profile)
-
-
-def time_through_compile(study: optuna.Study, worker: SupervisedWorker, timeout: float,
-                         timed_by_clock: bool) -> None:
-    """Time the named best as the export runs it: ``sktune.apply`` is ``torch.compile``, and
-    Dynamo's frame hook and guards add a fixed cost to every call that the trials, which call the
-    captured graph directly, never pay (README: on a small model it has turned a plan timed
-    faster than eager into one slower). Only where a clock times the trials (a device
-    profiler's step time holds no host cost) and the best fuses something."""
-    best = best_record(study)
-    n_ops = len(study.user_attrs.get(StudyAttr.OPS) or [])
-    if not timed_by_clock or best is None or not group_ops(n_ops, Plan.from_json(best.plan).scopes):  # type: ignore[arg-type]
-        study.set_user_attr(StudyAttr.THROUGH_COMPILE, None)
-        return
-    result = worker.through_compile(ThroughCompileRequest(Plan.from_json(best.plan)), timeout)  # type: ignore[arg-type]
-    if isinstance(result, WorkerFailure):
-        log.warning("timing the best plan through sktune.apply failed: %s", result.reason)
-        study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": best.number, "failed": result.reason})
-        return
-    shapes = study.user_attrs.get(StudyAttr.SHAPES) or {}
-    study.set_user_attr(StudyAttr.THROUGH_COMPILE, {
-        "trial": best.number, "shape": next(iter(shapes), None), "applied": result.applied.to_json(),
-        "direct": result.direct.to_json(), "mismatches": result.mismatches, "compile_s": result.compile_s})

@@ -17,7 +17,8 @@ import optuna
 from sktune.backends import get_backend
 from sktune.errors import SktuneError
 from sktune.tuning.budget import Effort, Patience, TrialBudget
-from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best, time_through_compile
+from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best
+from sktune.tuning.through_compile import time_through_compile
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.space.search_space import UNFUSED
 from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor

@@ -17,6 +17,7 @@ from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, StudyAttr, Trial
                                    speedup_interval, speedup_of, stopped_failure)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
+from sktune.tuning.through_compile import through_compile_summary
 from sktune.tuning.verified import capture_limit_warning, not_bitwise_at, verify_summary
 
 
@@ -194,24 +195,6 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     return out
 
 
-def through_compile_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any] | None:
-    """The best plan as the export runs it, through ``sktune.apply`` (tuning/finalists.py):
-    its speedup over the eager model, the same plan called directly in the same round, and
-    what Dynamo adds to each call; None where it was not timed (an emulated or device-timed
-    backend, a best that fuses nothing) or was timed for a best since replaced."""
-    entry = study.user_attrs.get(StudyAttr.THROUGH_COMPILE)
-    if not entry or entry.get("trial") != best_trial:
-        return None
-    if entry.get("failed"):
-        return {"trial": entry["trial"], "failed": entry["failed"]}
-    applied, direct = PairedTiming.from_json(entry["applied"]), PairedTiming.from_json(entry["direct"])
-    return {"trial": entry["trial"], "shape": entry.get("shape"), "bitwise": entry["mismatches"] == 0,
-            "mismatches": entry["mismatches"], "eager_s": applied.baseline_s, "step_s": applied.candidate_s,
-            "speedup": applied.speedup, "speedup_ci": list(applied.speedup_ci), "direct_speedup": direct.speedup,
-            "call_cost_s": applied.candidate_s - direct.candidate_s, "compile_s": entry.get("compile_s"),
-            "failed": None}
-
-
 LEGACY_CPP_WRAPPER_REASON = (
     "profiled by an sktune that did not count a C++ wrapper's extern calls (GEMMs, C shims) as busy: its gap "
     "holds them, so the gap is shown as not recorded")
@@ -295,17 +278,3 @@ def anchor_comparison(study: optuna.Study, best_ratio: float | None, best_trial:
                             "timing_source": "re-measured" if r.number in remeasured else "search",
                             "best_speedup_over": best_ratio and ratio / best_ratio}
     return list(latest.values())
-
-
-def through_compile_line(entry: dict[str, Any] | None) -> str | None:
-    """One line for the CLI, the report and the export: the best through ``sktune.apply``."""
-    if not entry:
-        return None
-    if entry.get("failed"):
-        return f"through torch.compile (sktune.apply, as the export runs it): not timed ({entry['failed']})"
-    lo, hi = entry["speedup_ci"]
-    at = f" at shape {entry['shape']}" if entry.get("shape") else ""
-    exact = "" if entry["bitwise"] else f"; NOT bitwise there ({entry['mismatches']} elements differ)"
-    return (f"through torch.compile (sktune.apply, as the export runs it){at}: {entry['speedup']:.2f}× "
-            f"[{lo:.2f}, {hi:.2f}] over the eager model, against {entry['direct_speedup']:.2f}× called directly "
-            f"in the same round: Dynamo adds {entry['call_cost_s'] * 1e6:.1f} µs to every call{exact}")

@@ -159,7 +159,8 @@ def test_apply_is_lazy_and_import_sktune_stays_light() -> None:
 def test_the_study_times_its_best_through_apply_as_the_export_runs_it(study: optuna.Study) -> None:
     """The trials call the captured graph directly; a user calls sktune.apply (torch.compile),
     and Dynamo adds a cost to every call that the table does not hold (docs/measured.md)."""
-    from sktune.tuning.summary import summary, through_compile_line
+    from sktune.tuning.summary import summary
+    from sktune.tuning.through_compile import through_compile_line
 
     data = summary(study)
     through = data["through_compile"]

@@ -284,7 +284,7 @@ def test_a_trial_its_stopped_run_failed_is_interrupted_not_failed() -> None:
 
 def test_a_through_compile_figure_is_shown_only_for_the_best_it_timed() -> None:
     from sktune.measure.stats import PairedTiming
-    from sktune.tuning.summary import through_compile_line, through_compile_summary
+    from sktune.tuning.through_compile import through_compile_line, through_compile_summary
 
     study = optuna.create_study()
     assert through_compile_summary(study, 3) is None  # not timed (emulated, device-profiled, unfused best)

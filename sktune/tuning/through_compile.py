@@ -1,0 +1,81 @@
+"""The best plan as the export runs it: through ``sktune.apply``, i.e. ``torch.compile``.
+
+The trials call the captured graph directly, fused and unfused alike; a user calls the
+tuned model through ``sktune.apply``, and Dynamo (its frame hook and guards) adds a fixed
+cost to every call that the table does not hold (docs/measured.md, "What a call through
+torch.compile adds"). After the finalists' round the best is timed that way too
+(``time_through_compile``); the summary, the CLI, the report and the export say it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import optuna
+
+from sktune.graph.grouping import group_ops
+from sktune.measure.stats import PairedTiming
+from sktune.pipe.protocol import ThroughCompileRequest, WorkerFailure
+from sktune.plan import Plan
+from sktune.tuning.records import StudyAttr, best_record
+
+if TYPE_CHECKING:  # the report and the export read the record without a worker
+    from sktune.tuning.supervisor import SupervisedWorker
+
+log = logging.getLogger(__name__)
+
+
+def time_through_compile(study: optuna.Study, worker: SupervisedWorker, timeout: float,
+                         timed_by_clock: bool) -> None:
+    """Time the named best as the export runs it: ``sktune.apply`` is ``torch.compile``, and
+    Dynamo's frame hook and guards add a fixed cost to every call that the trials, which call the
+    captured graph directly, never pay (README: on a small model it has turned a plan timed
+    faster than eager into one slower). Only where a clock times the trials (a device
+    profiler's step time holds no host cost) and the best fuses something."""
+    best = best_record(study)
+    n_ops = len(study.user_attrs.get(StudyAttr.OPS) or [])
+    if not timed_by_clock or best is None or not group_ops(n_ops, Plan.from_json(best.plan).scopes):  # type: ignore[arg-type]
+        study.set_user_attr(StudyAttr.THROUGH_COMPILE, None)
+        return
+    result = worker.through_compile(ThroughCompileRequest(Plan.from_json(best.plan)), timeout)  # type: ignore[arg-type]
+    if isinstance(result, WorkerFailure):
+        log.warning("timing the best plan through sktune.apply failed: %s", result.reason)
+        study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": best.number, "failed": result.reason})
+        return
+    shapes = study.user_attrs.get(StudyAttr.SHAPES) or {}
+    study.set_user_attr(StudyAttr.THROUGH_COMPILE, {
+        "trial": best.number, "shape": next(iter(shapes), None), "applied": result.applied.to_json(),
+        "direct": result.direct.to_json(), "mismatches": result.mismatches, "compile_s": result.compile_s})
+
+
+def through_compile_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any] | None:
+    """The best plan as the export runs it, through ``sktune.apply`` (tuning/finalists.py):
+    its speedup over the eager model, the same plan called directly in the same round, and
+    what Dynamo adds to each call; None where it was not timed (an emulated or device-timed
+    backend, a best that fuses nothing) or was timed for a best since replaced."""
+    entry = study.user_attrs.get(StudyAttr.THROUGH_COMPILE)
+    if not entry or entry.get("trial") != best_trial:
+        return None
+    if entry.get("failed"):
+        return {"trial": entry["trial"], "failed": entry["failed"]}
+    applied, direct = PairedTiming.from_json(entry["applied"]), PairedTiming.from_json(entry["direct"])
+    return {"trial": entry["trial"], "shape": entry.get("shape"), "bitwise": entry["mismatches"] == 0,
+            "mismatches": entry["mismatches"], "eager_s": applied.baseline_s, "step_s": applied.candidate_s,
+            "speedup": applied.speedup, "speedup_ci": list(applied.speedup_ci), "direct_speedup": direct.speedup,
+            "call_cost_s": applied.candidate_s - direct.candidate_s, "compile_s": entry.get("compile_s"),
+            "failed": None}
+
+
+def through_compile_line(entry: dict[str, Any] | None) -> str | None:
+    """One line for the CLI, the report and the export: the best through ``sktune.apply``."""
+    if not entry:
+        return None
+    if entry.get("failed"):
+        return f"through torch.compile (sktune.apply, as the export runs it): not timed ({entry['failed']})"
+    lo, hi = entry["speedup_ci"]
+    at = f" at shape {entry['shape']}" if entry.get("shape") else ""
+    exact = "" if entry["bitwise"] else f"; NOT bitwise there ({entry['mismatches']} elements differ)"
+    return (f"through torch.compile (sktune.apply, as the export runs it){at}: {entry['speedup']:.2f}× "
+            f"[{lo:.2f}, {hi:.2f}] over the eager model, against {entry['direct_speedup']:.2f}× called directly "
+            f"in the same round: Dynamo adds {entry['call_cost_s'] * 1e6:.1f} µs to every call{exact}")
