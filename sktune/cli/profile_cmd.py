@@ -30,6 +30,9 @@ def profile_command(
 
         summary = summarize(find_profile_files(path))
         if not summary.steps and not summary.top_kernels:  # a header alone, a cut file: it read "nothing fused"
+            if summary.markers_filtered:
+                raise ProfileError(f"{summary.source} has only scope marker kernels ({summary.markers_filtered}, "
+                                   "filtered out): no kernel ran between them")
             raise ProfileError(f"{summary.source} has no kernel rows: the profile recorded no kernel (a file cut "
                                "short, or steps that ran nothing on the device)")
     if as_json:
@@ -54,8 +57,9 @@ def _print(summary: ProfileSummary) -> None:
         console.print(summary.note, highlight=False)
 
     free = any(s.free_us is not None for s in summary.steps)
-    steps = Table("step", "span µs", "busy µs", "gap µs", "gap %", "kernels", *(["Free µs"] if free else []),
-                  title="Per step (device)")
+    steps = Table(title="Per step (device)")
+    for header in ("step", "span µs", "busy µs", "gap µs", "gap %", "kernels", *(["Free µs"] if free else [])):
+        steps.add_column(header, overflow="fold")  # a figure wraps at 80 columns, never cut to "…"
     for s in summary.steps:
         share = f"{100 * s.gap_us / s.span_us:.1f}" if s.span_us else "-"
         steps.add_row(str(s.step), _us(s.span_us), _us(s.busy_us), _us(s.gap_us), share, str(s.kernels),
@@ -72,7 +76,8 @@ def _print(summary: ProfileSummary) -> None:
         console.print(f"[yellow]Rows cut short (fewer fields than the header: was the file copied whole?), left "
                       f"out: {summary.cut_rows}[/]", highlight=False)
     if summary.unstepped_rows:
-        console.print(f"Rows outside every profiler step (blank Step Id, in no step): {summary.unstepped_rows}",
+        console.print(f"Rows outside every profiler step (blank or unreadable Step Id, in no step): "
+                      f"{summary.unstepped_rows}",
                       highlight=False)
 
     total = sum(summary.by_core.values()) or 1.0
@@ -103,7 +108,8 @@ def _print(summary: ProfileSummary) -> None:
     if summary.duplicates_dropped:
         console.print(f"Exact duplicate rows dropped: {summary.duplicates_dropped}", highlight=False)
     if summary.untimed_rows:
-        console.print(f"Rows without start or duration (counted, not timed): {summary.untimed_rows}", highlight=False)
+        console.print(f"Rows without a usable start or duration (blank, unreadable, infinite or negative; counted, "
+                      f"not timed): {summary.untimed_rows}", highlight=False)
     reasons = Counter(r["reason"] for r in summary.fusion_fail_reasons if r["reason"])
     if reasons:
         console.print("Fusion fail reasons: " + ", ".join(f"{k} ×{v}" for k, v in reasons.most_common()),

@@ -10,6 +10,7 @@ as exact integer nanoseconds (a float64 holds an epoch-µs start only to ~0.25 �
 from __future__ import annotations
 
 import csv
+import io
 import re
 from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
@@ -67,8 +68,19 @@ _STEP_TRACE_COLUMNS = {
 # ---------------------------------------------------------------- reading the CSVs
 def _read_raw(source: str | Path, what: str, columns: dict[str, str], required: Iterable[str]) -> pd.DataFrame:
     path = Path(source)
+    cut_in_quotes = 0
     try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+        try:
+            raw = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+            lines: Iterable[str] | None = None
+        except pd.errors.ParserError as exc:
+            if "EOF inside string" not in str(exc):
+                raise
+            # Cut short inside a quoted field (start times and shapes are quoted): its last
+            # record is the partial one, left out and counted like a record cut between fields.
+            lines = path.read_text(encoding="utf-8-sig").splitlines(keepends=True)[:-1]
+            raw = pd.read_csv(io.StringIO("".join(lines)), dtype=str, keep_default_na=False)
+            cut_in_quotes = 1
     except OSError as exc:
         raise ProfileError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except pd.errors.EmptyDataError as exc:
@@ -84,20 +96,23 @@ def _read_raw(source: str | Path, what: str, columns: dict[str, str], required: 
         found = ", ".join(header)
         raise ProfileError(f"{path} is not a {what}: it has no {wanted} column(s) "
                            f"(header: {found[:120]}{'…' if len(found) > 120 else ''})")
-    cut = _short_rows(path, len(header), len(raw))
+    if lines is None:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            cut = _short_rows(f, len(header), len(raw))
+    else:
+        cut = _short_rows(lines, len(header), len(raw))
     raw = raw[~cut].apply(lambda col: col.str.strip().str.strip('"').str.strip())
-    raw.attrs["cut_rows"] = int(cut.sum())
+    raw.attrs["cut_rows"] = int(cut.sum()) + cut_in_quotes
     return raw
 
 
-def _short_rows(path: Path, fields: int, rows: int) -> pd.Series:
+def _short_rows(lines: Iterable[str], fields: int, rows: int) -> pd.Series:
     """Rows with fewer fields than the header: a file cut short (a copy stopped midway) ends in
     one, and its figures would be wrong (a duration cut to its first digits). pandas fills the
     missing fields with "" here, so the records are counted again; where they cannot be paired
     with pandas' rows one to one, none is taken for cut."""
-    with path.open(encoding="utf-8-sig", newline="") as f:
-        # pandas skips blank and whitespace-only lines: so do the counts, or no row pairs up.
-        lengths = [len(record) for record in csv.reader(f) if any(field.strip() for field in record)][1:]
+    # pandas skips blank and whitespace-only lines: so do the counts, or no row pairs up.
+    lengths = [len(record) for record in csv.reader(lines) if any(field.strip() for field in record)][1:]
     short = [n < fields for n in lengths] if len(lengths) == rows else [False] * rows
     return pd.Series(short, dtype=bool)
 
@@ -106,10 +121,18 @@ def _missing(col: pd.Series) -> pd.Series:
     return col.str.upper().isin(_MISSING)
 
 
-def _number(raw: pd.DataFrame, column: str) -> pd.Series:
+_INT64 = 2 ** 63
+
+
+def _number(raw: pd.DataFrame, column: str, *, negative: bool = True) -> pd.Series:
+    """The column as floats; a missing, unreadable or infinite value (``inf``, ``1e400``) is
+    NaN, as is a negative one where ``negative`` is False (a duration): such a row counts as
+    untimed, never as a figure that would overflow or subtract from a sum."""
     if column not in raw.columns:
         return pd.Series(float("nan"), index=raw.index, dtype="float64")
-    return pd.to_numeric(raw[column].mask(_missing(raw[column])), errors="coerce").astype("float64")
+    values = pd.to_numeric(raw[column].mask(_missing(raw[column])), errors="coerce").astype("float64")
+    valid = values.abs() < float(_INT64) if negative else (values >= 0) & (values < float(_INT64))
+    return values.where(valid)
 
 
 def _integer(raw: pd.DataFrame, column: str) -> pd.Series:
@@ -117,12 +140,15 @@ def _integer(raw: pd.DataFrame, column: str) -> pd.Series:
 
 
 def _us_to_ns(text: str) -> int | None:
-    """Exact µs string → integer ns (``"1736413971558972.912"`` → 1736413971558972912)."""
+    """Exact µs string → integer ns (``"1736413971558972.912"`` → 1736413971558972912); None for
+    what is no finite number of an int64's range (``N/A``, ``inf``, ``1e400``)."""
     try:
         value = Decimal(text) * 1000
     except InvalidOperation:
         return None
-    return int(value.to_integral_value()) if value.is_finite() else None
+    if not value.is_finite() or abs(value) >= _INT64:
+        return None
+    return int(value.to_integral_value())
 
 
 def read_kernel_details(source: str | Path) -> pd.DataFrame:
@@ -142,7 +168,7 @@ def read_kernel_details(source: str | Path) -> pd.DataFrame:
     starts = raw["start"].mask(_missing(raw["start"]))
     df["start_ns"] = pd.array([_us_to_ns(s) if isinstance(s, str) else None for s in starts], dtype="Int64")
     df["start_us"] = df["start_ns"].astype("float64") / 1000.0
-    df["duration_us"] = _number(raw, "duration_us")
+    df["duration_us"] = _number(raw, "duration_us", negative=False)
     df["wait_us"] = _number(raw, "wait_us")
     for ints in ("block_num", "mix_block_num", "device_id", "task_id", "stream_id"):
         df[ints] = _integer(raw, ints)

@@ -106,6 +106,17 @@ def free_by_step(trace: pd.DataFrame) -> dict[int, float]:
     return {int(k): round(float(v), 3) for k, v in free.items()}
 
 
+def _unmatched_free(unmatched: list[int], with_free: list[int]) -> str:
+    """Why a step shows no Free: step_trace_time.csv has none for it (another run's file?)."""
+    def listed(steps: list[int]) -> str:
+        return ", ".join(map(str, steps[:8])) + (" …" if len(steps) > 8 else "")
+
+    if not with_free:
+        return "step_trace_time.csv gives no Free for any step"
+    return (f"step_trace_time.csv has no Free for step(s) {listed(unmatched)} of kernel_details.csv (it has steps "
+            f"{listed(with_free)}): are both files of one run?")
+
+
 def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None = None) -> ProfileSummary:
     """Per step: span (first kernel start to last kernel end), busy (union of kernel
     intervals), gap (span − busy), step_trace_time.csv's ``Free`` where present (``StepStats``)
@@ -121,9 +132,17 @@ def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None =
     markers = int(df["is_marker"].sum())
     work = df[~df["is_marker"]]
     timed = work[work["start_ns"].notna() & work["duration_us"].notna()]
-    trace = read_step_trace(files.step_trace) if files.step_trace is not None else None
+    notes = [files.note] if files.note else []
+    trace = None
+    if files.step_trace is not None:
+        try:  # optional: it only adds Free beside the gap; the kernels' figures stand without it
+            trace = read_step_trace(files.step_trace)
+        except ProfileError as exc:
+            notes.append(f"step_trace_time.csv left out, so no Free: {exc}")
     free = free_by_step(trace) if trace is not None else {}
     intervals = step_intervals(work)
+    if trace is not None and (unmatched := sorted(set(intervals) - set(free))):
+        notes.append(_unmatched_free(unmatched, sorted(free)))
     steps = []
     for step, rows in work.groupby("step", sort=True):
         spans = intervals.get(int(step), [])
@@ -136,7 +155,7 @@ def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None =
                .sort_values(["sum", "name"], ascending=[False, True]).head(top))
     fail = [r for log in files.fusion_fail_logs for r in read_fusion_fail_reasons(log)]
     return ProfileSummary(
-        source=str(files.kernel_details), note=files.note,
+        source=str(files.kernel_details), note="\n".join(notes) or None,
         steps=tuple(steps), by_core={str(k): float(v) for k, v in by_core.items()},
         top_kernels=tuple(KernelTotal(str(r.name), str(r.type), round(float(r.sum), 3), int(r.size))
                           for r in kernels.itertuples()),

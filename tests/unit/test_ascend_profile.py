@@ -176,6 +176,55 @@ def test_a_file_cut_short_leaves_its_cut_row_out_and_says_so(tmp_path: Path) -> 
     assert summarize(ProfileFiles(kernel_details=cut, step_trace=trace)).cut_rows == 2
 
 
+def test_a_file_cut_inside_a_quoted_field_leaves_that_row_out_and_says_so(tmp_path: Path) -> None:
+    """Start times and shapes are quoted: a copy stopped inside one was refused whole."""
+    whole = summarize(ProfileFiles(kernel_details=REAL))
+    text = REAL.read_text(encoding="utf-8").rstrip("\n")
+    last = text.rfind("\n")
+    cut = tmp_path / "kernel_details.csv"
+    cut.write_text(text[:text.index('"', last) + 5], encoding="utf-8")  # inside the last row's first quoted field
+    summary = summarize(ProfileFiles(kernel_details=cut))
+    assert summary.cut_rows == 1
+    assert sum(s.kernels for s in summary.steps) == sum(s.kernels for s in whole.steps) - 1
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "1e400", "-50"])
+def test_an_unusable_duration_is_untimed_never_a_crash_or_a_negative_busy(tmp_path: Path, value: str) -> None:
+    """``inf`` raised OverflowError out of ``sktune profile``; ``-50`` was subtracted from busy."""
+    frame = pd.read_csv(REAL, dtype=str, keep_default_na=False)
+    frame.loc[5, "Duration(us)"] = value
+    damaged = tmp_path / "kernel_details.csv"
+    frame.to_csv(damaged, index=False)
+    whole, summary = summarize(ProfileFiles(kernel_details=REAL)), summarize(ProfileFiles(kernel_details=damaged))
+    assert summary.untimed_rows == whole.untimed_rows + 1
+    assert summary.steps[0].busy_us <= whole.steps[0].busy_us and summary.steps[0].busy_us > 0
+
+
+@pytest.mark.parametrize(("column", "value"), [("Step Id", "inf"), ("Start Time(us)", "1e400")])
+def test_an_unreadable_step_or_start_is_counted_not_a_crash(tmp_path: Path, column: str, value: str) -> None:
+    frame = pd.read_csv(REAL, dtype=str, keep_default_na=False)
+    frame.loc[5, column] = value
+    damaged = tmp_path / "kernel_details.csv"
+    frame.to_csv(damaged, index=False)
+    summary = summarize(ProfileFiles(kernel_details=damaged))
+    assert summary.unstepped_rows + summary.untimed_rows == 1
+
+
+def test_a_damaged_or_mismatched_step_trace_leaves_free_out_with_a_note(tmp_path: Path) -> None:
+    """step_trace_time.csv only adds Free beside the gap: the kernels' figures stand without it."""
+    empty = tmp_path / "step_trace_time.csv"
+    empty.write_text("")
+    summary = summarize(ProfileFiles(kernel_details=OUTPUT / "kernel_details.csv", step_trace=empty))
+    assert summary.steps[0].gap_us == 27.75 and summary.steps[0].free_us is None
+    assert "step_trace_time.csv left out, so no Free" in summary.note and "it is empty" in summary.note
+    lines = (OUTPUT / "step_trace_time.csv").read_text().splitlines()
+    other = tmp_path / "other_step_trace_time.csv"
+    rows = [line.split(",") for line in lines[1:]]
+    other.write_text("\n".join([lines[0], *[",".join([row[0], "77", *row[2:]]) for row in rows]]) + "\n")
+    mismatched = summarize(ProfileFiles(kernel_details=STEPS_CSV, step_trace=other))
+    assert "has no Free for step(s) 1, 2, 3 of kernel_details.csv (it has steps 77)" in mismatched.note
+
+
 def test_summary_three_steps_block_dim() -> None:
     # step 1: MatMul [0,10], Add [5,8] inside it, Cast [20,25]          -> span 25,    busy 15
     # step 2: MatMul [100,110], Add [110,112.5], marker, SK [120,121.75] -> span 21.75, busy 14.25
