@@ -215,7 +215,8 @@ def test_the_progress_bar_widens_for_each_trial_on_top_of_the_budget() -> None:
     assert (task.completed, task.total) == (15, 15)  # 3 used up --trials; 12 came on top
 
 
-def test_a_worker_warns_once_of_another_on_this_host_even_one_started_after_it() -> None:
+def test_a_worker_warns_once_of_another_on_this_host_even_one_started_after_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The first of two workers found no other at start-up: it hears of the second after a trial."""
     import os
     import socket
@@ -227,7 +228,8 @@ def test_a_worker_warns_once_of_another_on_this_host_even_one_started_after_it()
     study = optuna.create_study()
     progress = _Progress(3)
     printed: list[str] = []
-    progress.progress.console.print = lambda text, *a, **k: printed.append(str(text))  # type: ignore[method-assign]
+    # The progress bar's console is the CLI's one err_console: patched for this test only.
+    monkeypatch.setattr(progress.progress.console, "print", lambda text, *a, **k: printed.append(str(text)))
     progress.on_trial(study, study.tell(study.ask(), 1.0))
     assert printed == []
     other = study.ask()  # a RUNNING trial of another live process here (our parent)
