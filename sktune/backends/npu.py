@@ -281,9 +281,12 @@ class NpuBackend(Backend):
         steps = summary["steps"]
         median = sorted(s["span_us"] for s in steps)[len(steps) // 2] if steps else 0.0
         busy = sorted(s["busy_us"] for s in steps)[len(steps) // 2] if steps else 0.0
+        n = max(len(steps), 1)  # per step, as top_kernels: the summary's rows total the profiled steps
+        superkernels = [{**sk, "total_us": round(sk["total_us"] / n, 3), "count": sk["count"] / n}
+                        for sk in summary["superkernels"]]
         return {"step_us": median, "busy_us": busy, "gap_us": median - busy, "steps": len(steps),
                 "top_kernels": kernels_per_step(run.kernels), "kernels_per_step": True,
-                "superkernels": summary["superkernels"]}
+                "superkernels": superkernels}
 
     def time_batches(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
                      n_batches: int, batch_target_s: float) -> tuple[list[float], list[float], dict[str, Any]]:

@@ -111,8 +111,8 @@ def print_summary(data: dict[str, Any]) -> None:
         if line := through_compile_line(data.get("through_compile")):
             console.print(escape(line), highlight=False)
     console.print(
-        f"trials: {data['n_trials']} ({data['n_complete']} complete, {data['n_infeasible']} infeasible "
-        f"(not bitwise), {data['n_pruned']} pruned or skipped, {data['n_failed']} failed"
+        f"trials: {data['n_trials']} ({data['n_complete']} complete ({data['n_infeasible']} of them not bitwise), "
+        f"{data['n_pruned']} pruned or skipped, {data['n_failed']} failed"
         + interrupted_count(data) + "; "
         f"{data.get('n_reused', 0)} reused an earlier trial of the same plan, not compiled); "
         f"verified on {data['input_sets']} input sets; {data['threads']} thread(s)"

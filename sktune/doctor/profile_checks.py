@@ -109,7 +109,8 @@ def judge_step_trace_free(kernels: pd.DataFrame, trace: pd.DataFrame) -> CheckRe
     if not measured:
         return differs(name, "step_trace_time.csv has no Free for any step of kernel_details.csv")
     step, value, between, to_next, _ = measured[0]
-    figures = f"step {step}: Free {value:.3f} µs, between its kernels {between:.3f}, up to the next step's {to_next:.3f}"
+    figures = (f"step {step}: Free {value:.3f} µs; idle between its kernels {between:.3f}, and with the idle up to "
+               f"the next step's first kernel {to_next:.3f}")
     if all(abs(v - n) <= tol for _, v, _, n, tol in measured):
         return confirmed(name, f"Free counts the idle up to the next step's first kernel ({figures})")
     if all(abs(v - b) <= tol for _, v, b, _, tol in measured):

@@ -51,11 +51,23 @@ def find_profile_files(path: str | Path) -> ProfileFiles:
         return _files(p / "kernel_details.csv", p, p.parent if p.name == OUTPUT_DIR else None)
     if (p / OUTPUT_DIR / "kernel_details.csv").is_file():
         return _files(p / OUTPUT_DIR / "kernel_details.csv", p / OUTPUT_DIR, p)
+    output = p if p.name == OUTPUT_DIR else p / OUTPUT_DIR
+    if (output / "kernel_details.csv").is_dir():
+        raise ProfileError(f"{output / 'kernel_details.csv'} is a directory, not torch_npu.profiler's CSV")
+    if output.is_dir() and any(output.iterdir()):  # parsed (step_trace_time.csv, …), without kernel details
+        held = ", ".join(sorted(f.name for f in output.iterdir())[:4])
+        raise ProfileError(f"no kernel_details.csv in {output} (it holds {held}): profile at Level0 or above "
+                           "with torch_npu.profiler, whose analysis writes kernel_details.csv")
     if (p / OUTPUT_DIR).is_dir() or p.name.endswith("_ascend_pt"):
         raise ProfileError(
             f"no {OUTPUT_DIR}/kernel_details.csv in {p}: the profile was not parsed; run "
             f"torch_npu.profiler.profiler.analyse('{p}') on a machine with torch_npu")
     runs = [d for d in p.iterdir() if d.is_dir() and d.name.endswith("_ascend_pt")]
+    nested = [d for d in p.iterdir() if d.is_dir() and any(e.name.endswith("_ascend_pt") for e in d.iterdir()
+                                                            if e.is_dir())] if not runs else []
+    if nested:  # e.g. sktune's own .sktune/npu-profiles/<pid>-<tag>/*_ascend_pt
+        raise ProfileError(f"no Ascend profile directly in {p}: its subfolders hold *_ascend_pt directories "
+                           f"(e.g. {nested[0]}); pass one of those")
     if not runs:
         named = sorted(f.name for f in p.glob("kernel_details*.csv"))  # renamed copies: name one of them
         raise ProfileError(f"no Ascend profile in {p}: expected kernel_details.csv, {OUTPUT_DIR}/ "

@@ -169,7 +169,9 @@ def _failure(item: dict[str, Any], ops: list[dict[str, Any]]) -> str:
     found = item.get("smallest_failing_range")
     if found and found.get("range"):
         first, last = found["range"]
-        where = ", ".join(f"{o.get('target')} ({o.get('module') or 'root'})" for o in ops[first:last + 1][:8])
+        listed = ops[first:last + 1]
+        where = ", ".join(f"{o.get('target')} ({o.get('module') or 'root'})" for o in listed[:8])
+        where += f", … ({len(listed) - 8} more)" if len(listed) > 8 else ""
         parts.append(f"<p>smallest failing range: ops {first}–{last} ({esc(', '.join(found.get('op_types', [])))}), "
                      f"found in {esc(found.get('runs'))} runs: {esc(where)}</p>")
     if item.get("diagnosis"):

@@ -125,7 +125,8 @@ def host_time_lines(summary: dict[str, Any]) -> list[str]:
         without = host["without_cache_s"]
         compiles = [f"{static['trials']} trials"]
         if static.get("startups"):
-            compiles.append(f"{static['startups']} start-ups' references")
+            n = static["startups"]
+            compiles.append(f"the references of {n} start-up{'s' if n != 1 else ''}")
         if static.get("verifications"):
             compiles.append(f"{static['verifications']} verifications at verify-only shapes")
         lines.append(

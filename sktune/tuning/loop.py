@@ -134,6 +134,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     """Run ``settings.trials`` more trials on the study (created or resumed); ``on_status``
     hears what the start-up is doing (a progress line)."""
     status = on_status or (lambda text: None)
+    backend = get_backend(settings.backend)  # e.g. no torch-npu: fail before a worker or a folder is made
     cache_dir = settings.compile_cache
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +146,6 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
     # Failed trials are recorded with their reason; Optuna's own warning + traceback would
     # only tear through the progress display.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    backend = get_backend(settings.backend)  # e.g. no torch-npu: fail before starting a worker
     if settings.warm_start:  # before the study is created and a worker starts
         check_warm_start_names(settings.warm_start, settings.warm_storage or settings.storage, settings.study)
     study, created = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast

@@ -172,6 +172,7 @@ def test_npu_backend_without_torch_npu(studies_dir: Path, tmp_path: Path) -> Non
     assert result.returncode == 1
     assert "needs torch-npu" in result.stderr and "sktune[npu]" in result.stderr
     assert "Traceback" not in result.stderr
+    assert not (tmp_path / ".sktune").exists()  # refused before its cache folder was made
 
 
 def test_the_patch_export_names_the_compile_that_honours_its_markers() -> None:

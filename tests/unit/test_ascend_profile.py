@@ -69,7 +69,11 @@ def test_find_takes_the_newest_run_and_says_so(tmp_path: Path) -> None:
     ("layout", "message"),
     [("missing", "profile path not found"), ("empty", "no Ascend profile"),
      ("unparsed", "analyse"), ("bad_csv", "is not a kernel_details.csv"),
-     ("blank_csv", "not a readable CSV: it is empty"), ("long_row", "not a readable CSV: .*Expected 2 fields in line 3, saw 3")],
+     ("blank_csv", "not a readable CSV: it is empty"), ("long_row", "not a readable CSV: .*Expected 2 fields in line 3, saw 3"),
+     ("step_trace_only", "no kernel_details.csv in .*ASCEND_PROFILER_OUTPUT \\(it holds step_trace_time.csv\\): "
+                         "profile at Level0"),
+     ("csv_a_directory", "kernel_details.csv is a directory"),
+     ("runs_one_level_down", "its subfolders hold \\*_ascend_pt directories .*pass one of those")],
 )
 def test_find_or_read_fails_with_one_clear_error(tmp_path: Path, layout: str, message: str) -> None:
     target = tmp_path / "x"
@@ -87,6 +91,15 @@ def test_find_or_read_fails_with_one_clear_error(tmp_path: Path, layout: str, me
     elif layout == "long_row":  # a record longer than its header: no column to put a field in
         target = tmp_path / "kernel_details.csv"
         target.write_text("Op,Time\nAdd,1\nMul,2,3\n")
+    elif layout == "step_trace_only":  # parsed, but kernel_details.csv was not written
+        target = tmp_path / "host_1_20250101000000000_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+        target.mkdir(parents=True)
+        (target / "step_trace_time.csv").write_text("Step,Free\n1,2\n")
+    elif layout == "csv_a_directory":
+        target = tmp_path / "ASCEND_PROFILER_OUTPUT"
+        (target / "kernel_details.csv").mkdir(parents=True)
+    elif layout == "runs_one_level_down":  # sktune's own .sktune/npu-profiles/<pid>-<tag>/*_ascend_pt
+        (tmp_path / "x" / "13173-abc" / "host_1_20250101000000000_ascend_pt").mkdir(parents=True)
     with pytest.raises(SktuneError, match=message):
         summarize(find_profile_files(target))
 
