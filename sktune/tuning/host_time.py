@@ -117,18 +117,21 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def host_time_lines(summary: dict[str, Any]) -> list[str]:
     """The static-compile and effective-options lines of the CLI's closing output and the report."""
     lines = []
     static, host = summary.get("static_compile"), summary.get("estimated_host_time")
     if host:
         without = host["without_cache_s"]
-        compiles = [f"{static['trials']} trials"]
+        compiles = [_count(static["trials"], "trial")]
         if static.get("startups"):
-            n = static["startups"]
-            compiles.append(f"the references of {n} start-up{'s' if n != 1 else ''}")
+            compiles.append(f"the references of {_count(static['startups'], 'start-up')}")
         if static.get("verifications"):
-            compiles.append(f"{static['verifications']} verifications at verify-only shapes")
+            compiles.append(f"{_count(static['verifications'], 'verification')} at verify-only shapes")
         lines.append(
             f"estimated host time (emulated): {_duration(host['with_cache_s'])} with the static-kernel cache"
             + ("" if without is None else f", {_duration(without)} without it")

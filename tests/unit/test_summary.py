@@ -141,8 +141,8 @@ def test_the_estimate_counts_every_run_and_the_references_static_compiles() -> N
 
     assert host_time_lines(out)[0] == (
         "estimated host time (emulated): 4 min 50 s with the static-kernel cache, 6 min 43 s without it (the "
-        "worker time of its 2 runs, 0 min 14 s, plus the emulated static compiles of 1 trials, 1 start-ups' "
-        "references and 1 verifications at verify-only shapes)")
+        "worker time of its 2 runs, 0 min 14 s, plus the emulated static compiles of 1 trial, the references of "
+        "1 start-up and 1 verification at verify-only shapes)")
 
 
 def describe_workload(startup_s: dict[str, float], static: dict | None) -> "Workload":
