@@ -128,8 +128,8 @@ class InductorBackend(Backend):
             # The trials call the captured graph directly; torch.compile's Dynamo checks its
             # guards on every call, a fixed cost the table's times do not hold (docs/measured.md).
             "# The speedup above calls the captured graph directly. Through torch.compile every call also pays",
-            "# Dynamo's fixed cost (its frame hook and guards: tens of microseconds, more on a loaded machine; the",
-            "# study times it where it can, above). Time the model as you will call it elsewhere:",
+            "# Dynamo's fixed cost (its frame hook and guards: tens to hundreds of microseconds, more on a loaded",
+            "# machine; the study times it, above). Time the model as you will call it elsewhere:",
             "# benchmarks/call_overhead.py MODEL.py --plan EXPORT.json in sktune's repository (docs/measured.md).",
             *default.before_plan))
 

@@ -108,8 +108,9 @@ def print_summary(data: dict[str, Any]) -> None:
         console.print(f"best exact plan: {verdict}; times {source}")
         if data.get("provisional"):
             console.print(f"[yellow]provisional: {data['provisional']}[/]", highlight=False)
-        if line := through_compile_line(data.get("through_compile")):
-            console.print(escape(line), highlight=False)
+        if line := through_compile_line(through := data.get("through_compile")):
+            warn = through.get("bitwise") is not True  # failed, or not bitwise: the exported call is not the table's
+            console.print(f"[bold red]{escape(line)}[/]" if warn else escape(line), highlight=False)
     console.print(
         f"trials: {data['n_trials']} ({data['n_complete']} complete ({data['n_infeasible']} of them not bitwise), "
         f"{data['n_pruned']} pruned or skipped, {data['n_failed']} failed"

@@ -56,8 +56,9 @@ def find_profile_files(path: str | Path) -> ProfileFiles:
         raise ProfileError(f"{output / 'kernel_details.csv'} is a directory, not torch_npu.profiler's CSV")
     if output.is_dir() and any(output.iterdir()):  # parsed (step_trace_time.csv, …), without kernel details
         held = ", ".join(sorted(f.name for f in output.iterdir())[:4])
-        raise ProfileError(f"no kernel_details.csv in {output} (it holds {held}): profile at Level0 or above "
-                           "with torch_npu.profiler, whose analysis writes kernel_details.csv")
+        raise ProfileError(f"no kernel_details.csv in {output} (it holds {held}): the profile's analysis wrote no "
+                           "kernel details; profile at Level0 or above with torch_npu.profiler, and let its "
+                           f"analysis finish (or run torch_npu.profiler.profiler.analyse on {p})")
     if (p / OUTPUT_DIR).is_dir() or p.name.endswith("_ascend_pt"):
         raise ProfileError(
             f"no {OUTPUT_DIR}/kernel_details.csv in {p}: the profile was not parsed; run "

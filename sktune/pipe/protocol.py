@@ -185,8 +185,8 @@ class ConfirmResult:
 @dataclass(frozen=True)
 class ThroughCompileRequest:
     """Time ``plan`` as the export runs it, through ``sktune.apply`` (``torch.compile``: Dynamo
-    checks its guards on every call), beside the plan called directly as the trials call it;
-    both against the eager model, interleaved, at the heaviest shape."""
+    runs on every call), against the eager model and against the plan called directly as the
+    trials call it; interleaved, at the heaviest shape."""
 
     plan: Plan
     rounds: int = 6
@@ -202,24 +202,25 @@ class ThroughCompileRequest:
 
 @dataclass(frozen=True)
 class ThroughCompileResult:
-    """``applied``: ``sktune.apply(model, plan)`` against the eager model; ``direct``: the plan's
-    compiled graph called directly, against the same; ``mismatches``: output elements of the
-    applied model that differ from the unfused references, over every input set."""
+    """``applied``: ``sktune.apply(model, plan)`` (candidate) against the eager model (baseline);
+    ``over_direct``: the same applied model against the plan's compiled graph called directly,
+    as the trials call it; ``mismatches``: output elements of the applied model that differ
+    from the unfused references, over every input set; ``compile_s``: its first call."""
 
     applied: PairedTiming
-    direct: PairedTiming
+    over_direct: PairedTiming
     mismatches: int
     compile_s: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"applied": self.applied.to_json(), "direct": self.direct.to_json(), "mismatches": self.mismatches,
-                "compile_s": self.compile_s}
+        return {"applied": self.applied.to_json(), "over_direct": self.over_direct.to_json(),
+                "mismatches": self.mismatches, "compile_s": self.compile_s}
 
     @classmethod
     def from_json(cls, data: Any) -> "ThroughCompileResult":
-        if not isinstance(data, dict) or not {"applied", "direct", "mismatches"} <= data.keys():
+        if not isinstance(data, dict) or not {"applied", "over_direct", "mismatches"} <= data.keys():
             raise MalformedResult("malformed timing through torch.compile from the worker")
-        return cls(PairedTiming.from_json(data["applied"]), PairedTiming.from_json(data["direct"]),
+        return cls(PairedTiming.from_json(data["applied"]), PairedTiming.from_json(data["over_direct"]),
                    int(data["mismatches"]), float(data.get("compile_s", 0.0)))
 
 

@@ -169,12 +169,19 @@ def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[s
     return [
         f"# {measured}: speedup {data['speedup']:.3f}x over unfused (95 % interval {lo:.3f}-{hi:.3f}x, {verdict}),",
         f"# baseline timed in the same run; {verified}.",
-        *([f"# Measured {through}."] if through else []),
+        *([_through_comment(through, data["through_compile"])] if through else []),
         *([f"# One plan for every served shape (the speedup above is their weighted mean): {', '.join(shapes)};",
            "# at any other input shape the plan is unverified."] if shapes else []),
         *([f"# Also verified bitwise, not timed, at the verify-only shapes {', '.join(checked)}."] if checked else []),
         f"# {fused}.",
     ]
+
+
+def _through_comment(line: str, entry: dict[str, Any]) -> str:
+    """The timing through sktune.apply as a comment: measured, or a WARNING where the call this
+    export makes failed or was not bitwise (the table's verdict is the captured graph's)."""
+    line = line.replace("×", "x")  # the export's figures are ASCII
+    return f"# Measured {line}." if entry.get("bitwise") else f"# WARNING: {line}."
 
 
 def _literal(name: str, value: Any) -> str:

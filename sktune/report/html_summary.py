@@ -53,7 +53,7 @@ def _through_compile(summary: dict[str, Any]) -> str:
     from sktune.tuning.through_compile import through_compile_line
 
     line = through_compile_line(summary.get("through_compile"))
-    bitwise = (summary.get("through_compile") or {}).get("bitwise", True)
+    bitwise = (summary.get("through_compile") or {}).get("bitwise") is True
     return f'<p class="{"note" if bitwise else "bad"}">{esc(line[0].upper() + line[1:])}.</p>' if line else ""
 
 

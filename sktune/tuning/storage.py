@@ -208,9 +208,9 @@ def _no_studies_there(url: str) -> str | None:
     if file and Path(file).is_dir():
         return f"{file} is a directory; name the database file"
     if file and not Path(file).is_file():
-        return f"{file} does not exist"
+        return f"{file} does not exist (see --storage)"
     if journal_path(url) is None and not _holds_optuna_tables(url):
-        return "the database holds no Optuna study tables"
+        return "the database holds no Optuna study tables (see --storage)"
     return None
 
 
@@ -235,8 +235,7 @@ def load_existing_study(name: str, storage: str) -> optuna.Study:
     """
     masked = mask_url(storage)
     if reason := _no_studies_there(storage):
-        raise SktuneError(f"no study storage at {masked}: {reason}"
-                          f"{'' if reason.endswith('file') else ' (see --storage)'}")
+        raise SktuneError(f"no study storage at {masked}: {reason}")
     backend = make_storage(storage)
     names = _study_names(backend, storage)
     if name not in names:

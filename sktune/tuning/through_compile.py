@@ -29,16 +29,17 @@ log = logging.getLogger(__name__)
 def time_through_compile(study: optuna.Study, worker: SupervisedWorker, timeout: float,
                          timed_by_clock: bool) -> None:
     """Time the named best as the export runs it: ``sktune.apply`` is ``torch.compile``, and
-    Dynamo's frame hook and guards add a fixed cost to every call that the trials, which call the
+    Dynamo runs on every call (its frame hook and guards), a cost the trials, which call the
     captured graph directly, never pay (README: on a small model it has turned a plan timed
     faster than eager into one slower). Only where a clock times the trials (a device
     profiler's step time holds no host cost) and the best fuses something."""
     best = best_record(study)
+    plan = None if best is None or best.plan is None else Plan.from_json(best.plan)
     n_ops = len(study.user_attrs.get(StudyAttr.OPS) or [])
-    if not timed_by_clock or best is None or not group_ops(n_ops, Plan.from_json(best.plan).scopes):  # type: ignore[arg-type]
+    if not timed_by_clock or best is None or plan is None or not group_ops(n_ops, plan.scopes):
         study.set_user_attr(StudyAttr.THROUGH_COMPILE, None)
         return
-    result = worker.through_compile(ThroughCompileRequest(Plan.from_json(best.plan)), timeout)  # type: ignore[arg-type]
+    result = worker.through_compile(ThroughCompileRequest(plan), timeout)
     if isinstance(result, WorkerFailure):
         log.warning("timing the best plan through sktune.apply failed: %s", result.reason)
         study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": best.number, "failed": result.reason})
@@ -46,36 +47,41 @@ def time_through_compile(study: optuna.Study, worker: SupervisedWorker, timeout:
     shapes = study.user_attrs.get(StudyAttr.SHAPES) or {}
     study.set_user_attr(StudyAttr.THROUGH_COMPILE, {
         "trial": best.number, "shape": next(iter(shapes), None), "applied": result.applied.to_json(),
-        "direct": result.direct.to_json(), "mismatches": result.mismatches, "compile_s": result.compile_s})
+        "over_direct": result.over_direct.to_json(), "mismatches": result.mismatches,
+        "compile_s": result.compile_s})
 
 
 def through_compile_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any] | None:
-    """The best plan as the export runs it, through ``sktune.apply`` (tuning/finalists.py):
-    its speedup over the eager model, the same plan called directly in the same round, and
-    what Dynamo adds to each call; None where it was not timed (an emulated or device-timed
-    backend, a best that fuses nothing) or was timed for a best since replaced."""
+    """The best plan as the export runs it, through ``sktune.apply``: its speedup over the eager
+    model, and what the call adds to the plan called directly (paired, with its interval);
+    None where it was not timed (an emulated or device-timed backend, a best that fuses
+    nothing) or was timed for a best since replaced."""
     entry = study.user_attrs.get(StudyAttr.THROUGH_COMPILE)
-    if not entry or entry.get("trial") != best_trial:
+    if not entry or entry.get("trial") != best_trial or "over_direct" not in entry and not entry.get("failed"):
         return None
     if entry.get("failed"):
-        return {"trial": entry["trial"], "failed": entry["failed"]}
-    applied, direct = PairedTiming.from_json(entry["applied"]), PairedTiming.from_json(entry["direct"])
+        return {"trial": entry["trial"], "failed": entry["failed"], "bitwise": None}
+    applied, over = PairedTiming.from_json(entry["applied"]), PairedTiming.from_json(entry["over_direct"])
+    direct_s = over.baseline_s
     return {"trial": entry["trial"], "shape": entry.get("shape"), "bitwise": entry["mismatches"] == 0,
             "mismatches": entry["mismatches"], "eager_s": applied.baseline_s, "step_s": applied.candidate_s,
-            "speedup": applied.speedup, "speedup_ci": list(applied.speedup_ci), "direct_speedup": direct.speedup,
-            "call_cost_s": applied.candidate_s - direct.candidate_s, "compile_s": entry.get("compile_s"),
-            "failed": None}
+            "speedup": applied.speedup, "speedup_ci": list(applied.speedup_ci), "direct_s": direct_s,
+            "call_cost_s": over.candidate_s - direct_s,
+            "call_cost_ci": [(over.ratio_ci[0] - 1) * direct_s, (over.ratio_ci[1] - 1) * direct_s],
+            "compile_s": entry.get("compile_s"), "failed": None}
 
 
 def through_compile_line(entry: dict[str, Any] | None) -> str | None:
     """One line for the CLI, the report and the export: the best through ``sktune.apply``."""
     if not entry:
         return None
+    head = "through torch.compile (sktune.apply, as the export runs it)"
     if entry.get("failed"):
-        return f"through torch.compile (sktune.apply, as the export runs it): not timed ({entry['failed']})"
+        return f"{head}: FAILED, so the exported call is untested ({entry['failed']})"
     lo, hi = entry["speedup_ci"]
     at = f" at shape {entry['shape']}" if entry.get("shape") else ""
-    exact = "" if entry["bitwise"] else f"; NOT bitwise there ({entry['mismatches']} elements differ)"
-    return (f"through torch.compile (sktune.apply, as the export runs it){at}: {entry['speedup']:.2f}× "
-            f"[{lo:.2f}, {hi:.2f}] over the eager model, against {entry['direct_speedup']:.2f}× called directly "
-            f"in the same round: Dynamo adds {entry['call_cost_s'] * 1e6:.1f} µs to every call{exact}")
+    exact = ("" if entry["bitwise"] else
+             f"; its outputs are NOT bitwise those of the unfused model ({entry['mismatches']} elements differ)")
+    cost, (cost_lo, cost_hi) = entry["call_cost_s"] * 1e6, (v * 1e6 for v in entry["call_cost_ci"])
+    return (f"{head}{at}: {entry['speedup']:.2f}× [{lo:.2f}, {hi:.2f}] over the eager model; the call adds "
+            f"{cost:.1f} µs [{cost_lo:.1f}, {cost_hi:.1f}] to the plan called directly, as the table times it{exact}")

@@ -193,31 +193,35 @@ class TrialRunner:
         return ConfirmResult(tuple(paired_timing(b, c) for b, c in samples))
 
     def through_compile(self, request: ThroughCompileRequest) -> ThroughCompileResult:
-        """Time the plan through ``sktune.apply``, as the export runs it, and called directly, as
-        the trials call it; both against the eager model in the same interleaved round, at
-        the heaviest shape. The trials' figures leave out what Dynamo adds to every call."""
+        """Time the plan through ``sktune.apply``, as the export runs it: against the eager model,
+        and against the plan called directly as the trials call it (what the call through
+        ``torch.compile`` adds, paired), interleaved, at the heaviest shape."""
         from sktune._apply import apply
 
         shape = self.shape(None)
         direct = self.backend.compile(shape.graph, request.plan)
-        started = time.perf_counter()
-        applied = apply(self.model, request.plan, self.backend.name)
-        mismatches = sum(m.count for k, inputs in enumerate(shape.inputs)
-                         for m in compare_outputs(shape.references[k], flatten_outputs(applied(*inputs))))
-        compile_s = time.perf_counter() - started
         inputs, args = shape.inputs[0], shape.args[0]
-        ways = [lambda: applied(*inputs), lambda: direct(*args)]
-        samples: list[tuple[list[float], list[float]]] = [([], []) for _ in ways]
-        if self.helper is not None:
-            self.helper.settle()  # nothing may compile beside a timing
-        for r in range(request.rounds):
-            for k in (0, 1) if r % 2 == 0 else (1, 0):  # neither always goes first
-                b, c, _ = self.backend.time_batches(lambda: self.model(*inputs), ways[k],
-                                                    n_batches=request.n_batches,
-                                                    batch_target_s=self.config.batch_target_s)
-                samples[k][0].extend(b)
-                samples[k][1].extend(c)
-        torch._dynamo.reset()  # the worker's later compiles start as before: no Dynamo cache of this model
+        try:
+            applied = apply(self.model, request.plan, self.backend.name)
+            started = time.perf_counter()
+            first = applied(*inputs)  # Dynamo captures, the backend compiles
+            compile_s = time.perf_counter() - started
+            outputs = [first, *(applied(*more) for more in shape.inputs[1:])]
+            mismatches = sum(m.count for reference, out in zip(shape.references, outputs)
+                             for m in compare_outputs(reference, flatten_outputs(out)))
+            pairs = [(lambda: self.model(*inputs), lambda: applied(*inputs)),  # the speedup a user sees
+                     (lambda: direct(*args), lambda: applied(*inputs))]  # what the call adds to the table's
+            samples: list[tuple[list[float], list[float]]] = [([], []) for _ in pairs]
+            if self.helper is not None:
+                self.helper.settle()  # nothing may compile beside a timing
+            for r in range(request.rounds):
+                for k in (0, 1) if r % 2 == 0 else (1, 0):  # neither always goes first
+                    b, c, _ = self.backend.time_batches(*pairs[k], n_batches=request.n_batches,
+                                                        batch_target_s=self.config.batch_target_s)
+                    samples[k][0].extend(b)
+                    samples[k][1].extend(c)
+        finally:  # the worker's later compiles start as before, also after a failure: no Dynamo cache of this model
+            torch._dynamo.reset()
         return ThroughCompileResult(paired_timing(*samples[0]), paired_timing(*samples[1]), mismatches, compile_s)
 
     def verify_shapes(self) -> VerifyOnlyShapes:

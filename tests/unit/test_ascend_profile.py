@@ -71,7 +71,7 @@ def test_find_takes_the_newest_run_and_says_so(tmp_path: Path) -> None:
      ("unparsed", "analyse"), ("bad_csv", "is not a kernel_details.csv"),
      ("blank_csv", "not a readable CSV: it is empty"), ("long_row", "not a readable CSV: .*Expected 2 fields in line 3, saw 3"),
      ("step_trace_only", "no kernel_details.csv in .*ASCEND_PROFILER_OUTPUT \\(it holds step_trace_time.csv\\): "
-                         "profile at Level0"),
+                         "the profile.s analysis wrote no kernel details"),
      ("csv_a_directory", "kernel_details.csv is a directory"),
      ("runs_one_level_down", "its subfolders hold \\*_ascend_pt directories .*pass one of those")],
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 SKTUNE = Path(__file__).resolve().parents[2] / "sktune"
 LAYERS = ("errors", "child_process", "host_cpu", "plan", "verify", "capabilities", "graph", "space", "measure", "load", "backends",
-          "pipe", "worker", "tuning", "report", "benchlib", "doctor", "_apply", "cli")  # bottom first, as the doc lists them
+          "_apply", "pipe", "worker", "tuning", "report", "benchlib", "doctor", "cli")  # bottom first, as the doc lists them
 
 
 def _layer(module: str) -> str | None:

@@ -288,15 +288,19 @@ def test_a_through_compile_figure_is_shown_only_for_the_best_it_timed() -> None:
 
     study = optuna.create_study()
     assert through_compile_summary(study, 3) is None  # not timed (emulated, device-profiled, unfused best)
-    timing = PairedTiming(100e-6, 80e-6, 0.8, (0.78, 0.82), 30)
-    direct = PairedTiming(100e-6, 55e-6, 0.55, (0.54, 0.56), 30)
-    study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": 3, "shape": "bs8", "applied": timing.to_json(),
-                                                    "direct": direct.to_json(), "mismatches": 2, "compile_s": 1.0})
+    applied = PairedTiming(100e-6, 80e-6, 0.8, (0.78, 0.82), 30)  # against the eager model
+    over_direct = PairedTiming(55e-6, 80e-6, 80 / 55, (1.4, 1.5), 30)  # against the plan called directly
+    study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": 3, "shape": "bs8", "applied": applied.to_json(),
+                                                    "over_direct": over_direct.to_json(), "mismatches": 2,
+                                                    "compile_s": 1.0})
     assert through_compile_summary(study, 4) is None  # timed for a best since replaced
     entry = through_compile_summary(study, 3)
     assert entry["speedup"] == pytest.approx(1.25) and entry["call_cost_s"] == pytest.approx(25e-6)
+    assert entry["call_cost_ci"] == pytest.approx([22e-6, 27.5e-6])
     line = through_compile_line(entry)
-    assert "at shape bs8: 1.25×" in line and "1.82× called directly" in line and "adds 25.0 µs" in line
-    assert "NOT bitwise there (2 elements differ)" in line
+    assert "at shape bs8: 1.25× [1.22, 1.28] over the eager model" in line
+    assert "the call adds 25.0 µs [22.0, 27.5] to the plan called directly" in line
+    assert "NOT bitwise those of the unfused model (2 elements differ)" in line
     study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": 3, "failed": "hang: no answer within 300 s"})
-    assert through_compile_line(through_compile_summary(study, 3)).endswith("not timed (hang: no answer within 300 s)")
+    assert through_compile_line(through_compile_summary(study, 3)).endswith(
+        "FAILED, so the exported call is untested (hang: no answer within 300 s)")
