@@ -83,7 +83,9 @@ def test_time_breakdown_and_kernels(study: optuna.Study) -> None:
     for r in tb.itertuples():
         assert r.busy_us > 0 and r.busy_us + r.gap_us + r.unrecorded_us == pytest.approx(r.step_us, rel=1e-6)
     kernels = data.top_kernels(study)
-    assert set(kernels["which"]) == {"unfused baseline", "best exact plan"} and (kernels["total_us"] > 0).all()
+    assert set(kernels["which"]) == {"unfused baseline", "best exact plan"}
+    # Per-step medians: a trivial op may round to 0 µs at the profiler's resolution on a fast CPU.
+    assert (kernels["total_us"] >= 0).all() and (kernels.groupby("which")["total_us"].max() > 0).all()
 
 
 def test_an_older_npu_study_s_kernel_totals_read_per_step() -> None:
