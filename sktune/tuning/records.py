@@ -95,7 +95,7 @@ class StudyAttr:
     # The best plan timed through sktune.apply (torch.compile) and called directly, against the
     # eager model: {trial, shape, applied, direct, mismatches, compile_s} or {trial, failed}
     THROUGH_COMPILE = "through_compile"
-    PHASES_S = "phases_s"  # seconds of the last run's search, refinement, finalists, profiles
+    PHASES_S = "phases_s"  # seconds of the last run's search, refinement, yardsticks, finalists, through_compile, profiles
     RUN = "run:"  # + host:pid:a random tag: one record per finished run (tuning/host_time.py)
     WHOLE_REGION_SKIPPED = "whole_region_skipped"  # why the whole-region refinement was not tried (refine.py)
     EFFECTIVE_OPTIONS_UNCHECKED = "effective_options_unchecked"  # the study's one warning: no dump compared
