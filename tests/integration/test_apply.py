@@ -189,15 +189,20 @@ def runner() -> "TrialRunner":
                                     n_batches=2))
 
 
+def _fuse_all_and_its_direct_mismatches(runner: "TrialRunner") -> tuple[Plan, int]:
+    """The fuse-all plan, and the output elements its direct compile gets wrong on this CPU."""
+    shape = runner.shape(None)
+    plan = runner.backend.fuse_all_plan(shape.graph)
+    direct = runner.backend.compile(shape.graph, plan)
+    return plan, sum(m.count for ref, args in zip(shape.references, shape.args)
+                     for m in compare_outputs(ref, flatten_outputs(direct(*args))))
+
+
 def test_the_worker_times_a_plan_through_apply_with_the_bits_of_its_direct_compile(runner: "TrialRunner") -> None:
     """Whatever the plan's exactness on this CPU, apply runs the same regions: the same bits."""
     from sktune.pipe.protocol import ThroughCompileRequest
 
-    shape = runner.shape(None)
-    plan = runner.backend.fuse_all_plan(shape.graph)
-    direct = runner.backend.compile(shape.graph, plan)
-    expected = sum(m.count for ref, args in zip(shape.references, shape.args)
-                   for m in compare_outputs(ref, flatten_outputs(direct(*args))))
+    plan, expected = _fuse_all_and_its_direct_mismatches(runner)
     result = runner.through_compile(ThroughCompileRequest(plan, rounds=2, n_batches=2))
     assert result.mismatches == expected
     assert result.applied.n_batches == 4 and result.over_direct.n_batches == 4 and result.compile_s > 0
@@ -212,11 +217,7 @@ def test_a_model_returning_a_tensor_twice_and_an_input_is_compared_in_its_own_st
 
     aliased = Path(__file__).resolve().parents[1] / "models" / "aliased_outputs.py"
     runner = TrialRunner(RunnerConfig(model_path=str(aliased), n_batches=2))
-    shape = runner.shape(None)
-    plan = runner.backend.fuse_all_plan(shape.graph)
-    direct = runner.backend.compile(shape.graph, plan)
-    expected = sum(m.count for ref, args in zip(shape.references, shape.args)
-                   for m in compare_outputs(ref, flatten_outputs(direct(*args))))
+    plan, expected = _fuse_all_and_its_direct_mismatches(runner)
     result = runner.through_compile(ThroughCompileRequest(plan, rounds=1, n_batches=1))
     assert result.mismatches == expected  # the same bits as the direct compile; no output "missing"
 
