@@ -49,7 +49,7 @@ def summary_section(study: optuna.Study, summary: dict[str, Any]) -> str:
 
 
 def _through_compile(summary: dict[str, Any]) -> str:
-    """The best as the export runs it (sktune.apply): what Dynamo adds to each call."""
+    """The best as the export runs it (sktune.apply): its speedup, and what the call adds to each step."""
     from sktune.tuning.through_compile import through_compile_line
 
     line = through_compile_line(summary.get("through_compile"))

@@ -92,8 +92,8 @@ class StudyAttr:
     PROFILE_BASELINE = "profile_baseline"
     PROFILE_BEST = "profile_best"
     PROFILE_BEST_TRIAL = "profile_best_trial"
-    # The best plan timed through sktune.apply (torch.compile) and called directly, against the
-    # eager model: {trial, shape, applied, direct, mismatches, compile_s} or {trial, failed}
+    # The best plan timed through sktune.apply (torch.compile) against the eager model and against
+    # the plan called directly: {trial, shape, applied, over_direct, mismatches, compile_s} or {trial, failed}
     THROUGH_COMPILE = "through_compile"
     PHASES_S = "phases_s"  # seconds of the last run's search, refinement, yardsticks, finalists, through_compile, profiles
     RUN = "run:"  # + host:pid:a random tag: one record per finished run (tuning/host_time.py)
