@@ -3,9 +3,10 @@
 ``TrialRunner.describe`` builds it in the worker process: the captured graph's ops and legal
 cuts, what the backend can tune, the kernel-less ops, the measured op profile, the
 exactness probe's answers, the environment, where start-up time went, the model file's
-hash and the input shapes (per served shape too). JSON appears only at the pipe
-(``tuning/supervisor.py``), in benchmark tables (``benchlib/exhaustive.py``) and in the study, where
-``resume.prepare`` stores its parts under ``StudyAttr`` keys.
+hash, the graph's code and weights digests, and the input shapes (per served shape too).
+JSON appears only at the pipe (``tuning/supervisor.py``), in benchmark tables
+(``benchlib/exhaustive.py``) and in the study, where ``resume.prepare`` stores its parts
+under ``StudyAttr`` keys.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class Workload:
     # The probe's answers at each named shape (``exactness`` merges them): a shape's own yardsticks
     # are built from its own answers (tuning/yardsticks.py); {}: no named shapes or no probe.
     exactness_by_shape: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # What the captured graph computes (graph/digest.py): its code and its weights' digests;
+    # {}: not known (a workload from an older sktune).
+    digests: dict[str, str] = field(default_factory=dict)
 
     @property
     def targets(self) -> list[str]:
@@ -110,6 +114,7 @@ class Workload:
             "startup_s": self.startup_s, "startup_static": self.startup_static,
             "model_sha256": self.model_sha256, "input_shapes": self.input_shapes,
             "shapes": self.shapes_json(), "exactness_by_shape": self.exactness_by_shape,
+            "digests": self.digests,
         }
 
     @classmethod
@@ -125,6 +130,7 @@ class Workload:
             startup_static=data.get("startup_static"),
             shapes={name: ServedShape.from_json(s) for name, s in (data.get("shapes") or {}).items()},
             exactness_by_shape=dict(data.get("exactness_by_shape") or {}),
+            digests=dict(data.get("digests") or {}),
         )
 
 

@@ -35,6 +35,12 @@ log = logging.getLogger(__name__)
 
 Named = tuple[str, dict[str, Any]]  # (anchor name, parameters)
 CPU_KEYS = ("cpu_capability", "vec_isa")  # host_cpu.vector_facts, in a CPU backend's environment
+DIGEST_KEYS = ("code_sha256", "weights_sha256")  # graph/digest.py
+# Keys an older study's fingerprint lacks: absent there, they are not a change.
+LATER_KEYS = (*CPU_KEYS, *DIGEST_KEYS)
+# What a changed digest means, as the refusal says it: the model file's own hash may be unchanged
+# (an edited module that it imports, a replaced checkpoint).
+CHANGED_AS = {"code_sha256": "the captured graph's ops and constants", "weights_sha256": "the model's weights"}
 
 
 class StartingQueue:
@@ -111,7 +117,7 @@ def open_study(name: str, storage: str, seed: int | None) -> tuple[optuna.Study,
 
 
 def fingerprint(workload: Workload) -> dict[str, Any]:
-    """What a study tunes: model file, graph, inputs, backend and versions."""
+    """What a study tunes: model file, graph (its code and weights too), inputs, backend and versions."""
     from sktune import __version__
 
     graph = json.dumps([workload.targets, list(workload.boundaries)])
@@ -129,6 +135,7 @@ def fingerprint(workload: Workload) -> dict[str, Any]:
         # Exactness follows vector width (docs/measured.md, "Exact forms"): verdicts from
         # another capability do not carry over. None where the backend does not say.
         **{key: env.get(key) for key in CPU_KEYS},
+        **{key: workload.digests[key] for key in DIGEST_KEYS if key in workload.digests},
     }
 
 
@@ -197,6 +204,12 @@ def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_p
     return queue
 
 
+def _changed(key: str, old: Any, new: Any) -> str:
+    if key in CHANGED_AS:
+        return f"{key} ({CHANGED_AS[key]}): {str(old)[:12]}… → {str(new)[:12]}…"
+    return f"{key}: {old!r} → {new!r}"
+
+
 def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Workload,
                      space: SearchSpace, settings: dict[str, Any], allow_changed: bool,
                      model_path: Path | None = None) -> None:
@@ -215,9 +228,9 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
                 f"study {name!r} was run with --{key.replace('_', '-')} {study.user_attrs.get(key)}, "
                 f"not {value}; resume with the same value or use a new --study name"
             )
-    # A study from before sktune recorded the CPU says nothing about it: not a change.
-    compared = [k for k in new if k in old or k not in CPU_KEYS]
-    changed = [f"{k}: {old.get(k)!r} → {new[k]!r}" for k in compared if old.get(k) != new[k]]
+    # A study from before sktune recorded the CPU or the digests says nothing about them: not a change.
+    compared = [k for k in new if k in old or k not in LATER_KEYS]
+    changed = [_changed(k, old.get(k), new[k]) for k in compared if old.get(k) != new[k]]
     if changed and not allow_changed:
         raise SktuneError(
             f"study {name!r} was created for another model or machine; changed: " + "; ".join(changed)

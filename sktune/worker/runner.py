@@ -17,6 +17,7 @@ import torch
 from sktune.backends import get_backend
 from sktune.backends.compile_helper import CompileHelper, HelperSpec
 from sktune.graph.aliasing import kernelless_ops
+from sktune.graph.digest import graph_digests
 from sktune.graph.grouping import group_ops, regions
 from sktune.measure.heap import steady_heap
 from sktune.measure.op_profile import OpProfile, profile_ops
@@ -117,6 +118,7 @@ class TrialRunner:
             # Heaviest first; empty for a model without input_shapes().
             shapes={name: ServedShape(s.weight, signature(s.inputs[0]))
                     for name, s in self.shape_sets.items() if name is not None},
+            digests=graph_digests(self.graph),
         )
 
     def run(self, request: TrialRequest) -> TrialResult:

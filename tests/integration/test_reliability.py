@@ -134,6 +134,30 @@ def test_changed_model_is_refused(tmp_path: Path) -> None:
     assert exported.returncode == 0 and "# Resumed across a change of model_sha256 with" in exported.stdout
 
 
+@pytest.mark.slow  # three starts of the worker; CI runs it
+def test_an_edited_imported_module_or_replaced_weights_are_refused(tmp_path: Path) -> None:
+    """The model file is unchanged; what it imports is not (graph/digest.py): a constant of its
+    forward, then the weights that build_model loads."""
+    (tmp_path / "consts.py").write_text("EPS = 1e-6\nSHIFT = 0.0\n")
+    model = tmp_path / "m.py"
+    model.write_text((MODELS / "tiny_norm.py").read_text()
+                     .replace("import torch\n", "import torch\n\nimport consts\n", 1)
+                     .replace("+ 1e-6)", "+ consts.EPS)")
+                     .replace("    return Tiny()", "    tiny = Tiny()\n    with torch.no_grad():\n"
+                              "        tiny.proj.weight.add_(consts.SHIFT)\n    return tiny"))
+    storage = f"sqlite:///{tmp_path}/s.db"
+    args = [sys.executable, "-m", "sktune", "run", str(model), "--backend", "inductor", "--storage", storage,
+            "--study", "s", "--trials", "1"]
+    first = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    for edited, said in (("EPS = 1e-5\nSHIFT = 0.0\n", "code_sha256 (the captured graph's ops and constants)"),
+                         ("EPS = 1e-6\nSHIFT = 0.5\n", "weights_sha256 (the model's weights)")):
+        (tmp_path / "consts.py").write_text(edited)
+        again = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 1 and said in again.stderr and "--allow-changed" in again.stderr, again.stderr[-2000:]
+        assert "model_sha256" not in again.stderr
+
+
 @pytest.fixture
 def postgres_url():
     """A fresh database on the local PostgreSQL (trust auth on 127.0.0.1), dropped afterwards."""

@@ -227,6 +227,22 @@ def test_a_study_from_before_the_cpu_was_recorded_resumes(space: SearchSpace) ->
     prepare(study, describe(), space, Path("m.py"), SETTINGS)  # nothing said about the CPU: no change
 
 
+def test_an_edited_imported_module_or_replaced_weights_are_a_change(space: SearchSpace) -> None:
+    """The model file's hash is the same; the captured graph's code or weights digest is not
+    (graph/digest.py). A study from before the digests were recorded resumes."""
+    digests = {"code_sha256": "c" * 64, "weights_sha256": "w" * 64}
+    study = new_study()
+    prepare(study, replace(describe(), digests=digests), space, Path("m.py"), SETTINGS)
+    for key, said in (("weights_sha256", r"weights_sha256 \(the model's weights\): wwwwwwwwwwww… → 000000000000…"),
+                      ("code_sha256", r"code_sha256 \(the captured graph's ops and constants\): cccc")):
+        edited = replace(describe(), digests={**digests, key: "0" * 64})
+        with pytest.raises(SktuneError, match=said + ".*--allow-changed"):
+            prepare(study, edited, space, Path("m.py"), SETTINGS)
+    older = new_study(optuna.storages.InMemoryStorage())
+    prepare(older, describe(), space, Path("m.py"), SETTINGS)  # recorded no digests
+    prepare(older, replace(describe(), digests=digests), space, Path("m.py"), SETTINGS)
+
+
 def test_a_different_space_is_refused(space: SearchSpace) -> None:
     study = new_study()
     prepare(study, describe(), space, Path("m.py"), SETTINGS)
