@@ -154,10 +154,11 @@ def _load(path: Path, model: torch.nn.Module, inputs: Sequence[torch.Tensor]) ->
     except Exception as exc:  # an unreadable or foreign file is a cache miss, not an error
         log.warning("ignoring unreadable captured-graph cache %s: %s", path, exc)
         return None
+    args = graph.args_for(tuple(inputs))
     with torch.no_grad():
         expected = model(*inputs)
-        got = graph.gm(*graph.args_for(tuple(inputs)))
-    if not _same_outputs(expected, got):
+        got = graph.gm(*args)
+    if not _same_outputs(expected, got, args):
         log.warning("captured-graph cache %s does not reproduce the model; capturing again", path)
         return None
     return graph
@@ -217,10 +218,24 @@ def _unrefs(value: Any, env: dict[str, fx.Node]) -> Any:
     return value
 
 
-def _same_outputs(expected: Any, got: Any) -> bool:
+def _same_outputs(expected: Any, got: Any, args: Sequence[torch.Tensor]) -> bool:
+    """The graph gives the model's outputs: each distinct tensor once, leaving out those that
+    are the graph's arguments (an input or a parameter returned as it is). Dynamo's graph
+    returns no argument and no tensor twice: the user's call gets them from Dynamo's own code."""
     from sktune.verify import compare_outputs, flatten_outputs
 
     try:
-        return not compare_outputs(flatten_outputs(expected), flatten_outputs(got))
-    except Exception:  # different structure
+        flat_expected, flat_got = flatten_outputs(expected), flatten_outputs(got)
+    except TypeError:  # not tensors: not the model's graph
         return False
+    passed = {_identity(t) for t in args}
+    seen: set[tuple[Any, ...]] = set()
+    computed = []
+    for t in flat_expected:
+        if _identity(t) not in passed and _identity(t) not in seen:
+            computed.append(t)
+        seen.add(_identity(t))
+    for candidate in (flat_expected, computed):
+        if len(candidate) == len(flat_got) and not compare_outputs(candidate, flat_got):
+            return True
+    return False

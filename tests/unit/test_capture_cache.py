@@ -78,3 +78,18 @@ def test_a_saved_graph_that_no_longer_reproduces_the_model_is_not_used(tmp_path,
     assert not reused and "does not reproduce the model" in caplog.text
     with torch.no_grad():
         assert compare_outputs(flatten_outputs(model(*inputs)), flatten_outputs(graph.gm(*graph.args_for(inputs)))) == []
+
+
+def test_a_model_returning_a_tensor_twice_or_an_input_is_loaded_from_the_cache(tmp_path, caplog) -> None:
+    """Dynamo's graph returns each distinct tensor once and no input: the check compares the
+    model's outputs that way (it recaptured on every start)."""
+    source = load_model_file(Path(__file__).parent.parent / "models" / "aliased_outputs.py")
+    model, inputs = build(source), draw_inputs(source, 0)
+    capture_cached(model, inputs, tmp_path, source.sha256)
+    with caplog.at_level(logging.WARNING, logger="sktune.graph.capture_cache"):
+        _, reused = capture_cached(model, inputs, tmp_path, source.sha256)
+    assert reused and "does not reproduce" not in caplog.text
+    original = model.forward
+    model.forward = lambda x: tuple(t * 2 for t in original(x))  # now computes otherwise
+    _, reused = capture_cached(model, inputs, tmp_path, source.sha256)
+    assert not reused
