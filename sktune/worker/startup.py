@@ -113,12 +113,14 @@ def checked_inputs(source: ModelSource, model: torch.nn.Module, names: list[str 
              for name in names}
     for name, inputs in drawn.items():
         check_same_signature(inputs, source.path, name)
+        check_new_values(inputs, source.path, name)
     check_forward(model, drawn[names[0]][0], source.path)
     for name in names[1:]:
         check_shape_forward(model, drawn[name][0], source.path, str(name))
     for name in verify_names:  # drawn, checked and dropped: captured on first use (verify_only.py)
         verify_inputs = [draw_inputs(source, seed, name) for seed in range(input_sets)]
         check_same_signature(verify_inputs, source.path, name)
+        check_new_values(verify_inputs, source.path, name)
         check_shape_forward(model, tuple(t.to(device) for t in verify_inputs[0]), source.path, name)
     return drawn
 
@@ -152,6 +154,20 @@ def check_same_signature(input_sets: list[tuple[torch.Tensor, ...]], path: Path,
                 f"example_inputs({seed}{at}) in {path} returns other shapes or dtypes than "
                 f"example_inputs(0{at}); each seed must draw new values with the same shapes and dtypes"
             )
+
+
+def check_new_values(input_sets: list[tuple[torch.Tensor, ...]], path: Path, shape: str | None = None) -> None:
+    """Each seed draws other values: a plan verified on identical sets was verified on one,
+    yet the summary would say "verified on N input sets"."""
+    at = "" if shape is None else f", shape={shape!r}"
+    for seed, inputs in enumerate(input_sets[1:], start=1):
+        # Inputs without elements are equal vacuously: check_has_elements names that mistake.
+        if any(t.numel() for t in inputs) and all(bitwise_equal(a, b) for a, b in zip(input_sets[0], inputs)):
+            raise ModelFileError(
+                f"example_inputs({seed}{at}) in {path} returns the same values as example_inputs(0{at}): "
+                f"each seed must draw new values (for example with torch.Generator().manual_seed(seed)), "
+                f"since plans are verified bitwise on --input-sets {len(input_sets)} sets and identical sets "
+                "verify on one. To verify on one set of fixed inputs, run with --input-sets 1")
 
 
 def signature(inputs: tuple[torch.Tensor, ...]) -> list[list[Any]]:

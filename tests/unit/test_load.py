@@ -184,6 +184,9 @@ def test_a_forward_that_reads_its_state_only_passes(tmp_path: Path) -> None:
     ("(torch.randn(4, 8, generator=g), 3)", "", "", "must return a tuple of tensors; element 1 is int"),
     ("()", "", "", "returned no tensors"),
     ("(torch.randn(0, 8, generator=g),)", "", "", "returns no elements on example_inputs\\(0\\)"),  # vacuous
+    # The seed ignored: "verified on 3 input sets" would have been one set, three times.
+    ("(torch.ones(4, 8),)", "", "", "example_inputs\\(1\\) in .* returns the same values as example_inputs\\(0\\).*"
+     "run with --input-sets 1"),
     ("(torch.randn(4, 8, generator=g),)", "sys.exit(0)", "", "importing .* called sys.exit\\(0\\)"),
     # A typo in verify_shapes() stops the run now, not after the whole search as "not bitwise".
     ("(torch.randn({'a': 1, 'b': 2}[shape or 'a'], 8, generator=g),)", "",
