@@ -27,6 +27,7 @@ from torch import fx
 from sktune.backends import Backend, CompiledModel, get_backend
 from sktune.errors import PlanError
 from sktune.graph.capture import opgraph_from
+from sktune.graph.model_tensors import model_tensors, tensor_identity
 from sktune.graph.opgraph import OpGraph
 from sktune.plan import Plan, check_plan
 
@@ -66,22 +67,21 @@ class TunedPlan:
         return cls(parsed, None if n_ops is None else int(n_ops), None if op_types is None else tuple(op_types),
                    verified)
 
-    def warn_if_unverified(self, args: Sequence[Any]) -> None:
-        """Warn when the graph's arguments match none of the verified shapes' inputs.
+    def warn_if_unverified(self, inputs: Sequence[Any]) -> None:
+        """Warn when the user's inputs match none of the verified shapes' inputs.
 
-        Dynamo's flat arguments mix parameters and user inputs, so a verified shape matches
-        when all of its inputs' [shape, dtype] are among the arguments' (a multiset test).
+        Dynamo may order its arguments otherwise than the forward's, so a verified shape
+        matches when its inputs' [shape, dtype] are the inputs' (as multisets).
         """
         if not self.verified_shapes:
             return
-        have = Counter(_shape_key(list(a.shape), str(a.dtype)) for a in args if isinstance(a, torch.Tensor))
-        for inputs in self.verified_shapes.values():
-            need = Counter(_shape_key(shape, dtype) for shape, dtype in inputs)
-            if not need - have:
+        have = Counter(_shape_key(list(a.shape), str(a.dtype)) for a in inputs if isinstance(a, torch.Tensor))
+        for verified in self.verified_shapes.values():
+            if Counter(_shape_key(shape, dtype) for shape, dtype in verified) == have:
                 return
         log.warning("sktune.apply: the model is called at input shapes the plan was not verified on (verified: %s); "
                     "bitwise equality and speed are unknown here: tune with input_shapes() including this shape",
-                    ", ".join(f"{name} {[s for s, _ in inputs]}" for name, inputs in self.verified_shapes.items()))
+                    ", ".join(f"{name} {[s for s, _ in shapes]}" for name, shapes in self.verified_shapes.items()))
 
     def check_fits(self, graph: OpGraph) -> None:
         """Refuse a graph other than the tuned one: op count, op types, then the plan's cuts."""
@@ -114,18 +114,28 @@ class AppliedPlan:
 
     tuned: TunedPlan
     backend: Backend
+    # The model apply compiled, to tell the user's inputs among Dynamo's arguments (its own
+    # tensors are the rest).
+    model: "weakref.ReferenceType[torch.nn.Module]"
     graphs: list[OpGraph] = field(default_factory=list)  # as captured (ops, cuts; no arguments), in compile order
     compiled: list[CompiledModel] = field(default_factory=list)  # what the backend returned for each
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledModel:
         return _CompileOnFirstCall(self, gm)
 
+    def user_inputs(self, args: Sequence[Any]) -> list[Any]:
+        """Dynamo's arguments less the model's own tensors (a parameter with an input's shape
+        made an unverified call look verified)."""
+        model = self.model()
+        held = {} if model is None else model_tensors(model)
+        return [a for a in args if not (isinstance(a, torch.Tensor) and tensor_identity(a) in held)]
+
     def compile_graph(self, gm: fx.GraphModule, args: Sequence[torch.Tensor]) -> CompiledModel:
         if torch.is_grad_enabled():
             log.warning("sktune.apply: the model is called with autograd on; sktune tuned and verified it under "
                         "torch.no_grad(), and the fused regions are compiled for inference: their outputs do not "
                         "require grad (call the model under torch.no_grad())")
-        self.tuned.warn_if_unverified(args)
+        self.tuned.warn_if_unverified(self.user_inputs(args))
         graph = opgraph_from(gm, list(args))
         self.tuned.check_fits(graph)
         # A plan tuned for another backend (its options) is refused here, with the reason.
@@ -170,7 +180,7 @@ def apply(model: torch.nn.Module, plan: Plan | dict[str, Any], backend: str = "i
     tuned = TunedPlan.parse(plan)
     if model.training:
         log.warning("sktune.apply: the model is in training mode; sktune tunes it in eval mode (call model.eval())")
-    applied = AppliedPlan(tuned, get_backend(backend))
+    applied = AppliedPlan(tuned, get_backend(backend), weakref.ref(model))
     compiled = torch.compile(model, backend=applied, fullgraph=True, dynamic=False)
     _APPLIED[compiled] = applied
     return compiled

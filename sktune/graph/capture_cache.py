@@ -29,6 +29,7 @@ from torch import fx
 from torch.fx.node import _get_qualified_name
 
 from sktune.graph.capture import capture
+from sktune.graph.model_tensors import model_tensors, tensor_identity
 from sktune.graph.opgraph import Op, OpGraph
 
 log = logging.getLogger(__name__)
@@ -72,23 +73,6 @@ def _key(model: torch.nn.Module, inputs: Sequence[torch.Tensor], model_sha256: s
     return digest.hexdigest()[:32]
 
 
-def _identity(t: torch.Tensor) -> tuple[Any, ...]:
-    """What a tensor and its ``detach()`` share (graph arguments are detached copies)."""
-    return (t.data_ptr(), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device)
-
-
-def _model_tensors(model: torch.nn.Module) -> dict[tuple[Any, ...], str]:
-    """Identity → attribute path of every tensor the model holds: parameters, buffers, plain attributes."""
-    found: dict[tuple[Any, ...], str] = {}
-    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
-        found.setdefault(_identity(t), name)
-    for prefix, module in model.named_modules(remove_duplicate=False):
-        for attr, value in vars(module).items():
-            if isinstance(value, torch.Tensor):
-                found.setdefault(_identity(value), f"{prefix}.{attr}".lstrip("."))
-    return found
-
-
 def _resolve(qualname: str) -> Any:
     """The object a qualified name such as ``torch.nn.functional.linear`` names."""
     parts = qualname.split(".")
@@ -104,13 +88,13 @@ def _resolve(qualname: str) -> Any:
 
 
 def _save(path: Path, graph: OpGraph, model: torch.nn.Module) -> None:
-    tensors = _model_tensors(model)
+    tensors = model_tensors(model)
     sources: list[tuple[str, int | str]] = []
     for arg, position in zip(graph.flat_args, graph.input_positions):
         if position is not None:
             sources.append(("input", position))
-        elif _identity(arg) in tensors:
-            sources.append(("model", tensors[_identity(arg)]))
+        elif tensor_identity(arg) in tensors:
+            sources.append(("model", tensors[tensor_identity(arg)]))
         else:
             log.debug("capture not cached: a graph argument is neither an input nor a model tensor")
             return
@@ -228,13 +212,13 @@ def _same_outputs(expected: Any, got: Any, args: Sequence[torch.Tensor]) -> bool
         flat_expected, flat_got = flatten_outputs(expected), flatten_outputs(got)
     except TypeError:  # not tensors: not the model's graph
         return False
-    passed = {_identity(t) for t in args}
+    passed = {tensor_identity(t) for t in args}
     seen: set[tuple[Any, ...]] = set()
     computed = []
     for t in flat_expected:
-        if _identity(t) not in passed and _identity(t) not in seen:
+        if tensor_identity(t) not in passed and tensor_identity(t) not in seen:
             computed.append(t)
-        seen.add(_identity(t))
+        seen.add(tensor_identity(t))
     for candidate in (flat_expected, computed):
         if len(candidate) == len(flat_got) and not compare_outputs(candidate, flat_got):
             return True

@@ -240,3 +240,29 @@ def test_a_failure_through_apply_still_leaves_no_dynamo_cache(runner: "TrialRunn
     with pytest.raises(PlanError):
         runner.through_compile(ThroughCompileRequest(plan, rounds=1, n_batches=1))
     assert resets == [True]
+
+
+class _SquareWeight(torch.nn.Module):
+    """A parameter with the input's own shape: among Dynamo's arguments it looked like an input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 64).reshape(8, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ self.weight) + 1.0
+
+
+@pytest.mark.parametrize(("rows", "warned"), [(8, False), (4, True)])
+def test_apply_warns_at_an_unverified_shape_even_beside_a_parameter_of_the_verified_one(
+        rows: int, warned: bool, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from sktune._apply import EXPORT_VERSION_KEY
+
+    document = {EXPORT_VERSION_KEY: 1, "plan": Plan().to_json(),
+                "provenance": {"verified_shapes": {"rows8": [[[8, 8], "torch.float32"]]}}}
+    model = sktune.apply(_SquareWeight().eval(), document)
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="sktune"):
+        model(torch.randn(rows, 8))
+    assert ("plan was not verified on (verified: rows8 [[8, 8]])" in caplog.text) is warned
