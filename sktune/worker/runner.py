@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -183,16 +184,25 @@ class TrialRunner:
         over the same stretch of time, so a quiet or busy minute favours none of them."""
         shape = self.shape(request.shape)
         compiled = [self.backend.compile(shape.graph, plan) for plan in request.plans]
-        rounds, per_round = request.rounds, request.n_batches
-        samples: list[tuple[list[float], list[float]]] = [([], []) for _ in compiled]
+        args0, reference_fn = shape.args[0], shape.reference_fn
+        pairs = [(lambda: reference_fn(*args0), lambda c=c: c(*args0)) for c in compiled]
+        return ConfirmResult(self._interleaved_rounds(pairs, request.rounds, request.n_batches))
+
+    def _interleaved_rounds(self, pairs: list[tuple[Callable[[], Any], Callable[[], Any]]], rounds: int,
+                            n_batches: int) -> tuple[PairedTiming, ...]:
+        """Each (baseline, candidate) pair timed ``n_batches`` pairs per round; the order rotates
+        from round to round, so that none always goes first."""
+        samples: list[tuple[list[float], list[float]]] = [([], []) for _ in pairs]
         for r in range(rounds):
-            order = list(range(len(compiled)))
-            order = order[r % len(order):] + order[:r % len(order)]  # nobody always goes first
-            for k in order:
-                b, c, _ = self._time_batches(compiled[k], per_round, shape)
+            order = list(range(len(pairs)))
+            for k in order[r % len(order):] + order[:r % len(order)]:
+                if self.helper is not None:
+                    self.helper.settle()  # nothing may compile beside a timing
+                b, c, _ = self.backend.time_batches(*pairs[k], n_batches=n_batches,
+                                                    batch_target_s=self.config.batch_target_s)
                 samples[k][0].extend(b)
                 samples[k][1].extend(c)
-        return ConfirmResult(tuple(paired_timing(b, c) for b, c in samples))
+        return tuple(paired_timing(b, c) for b, c in samples)
 
     def through_compile(self, request: ThroughCompileRequest) -> ThroughCompileResult:
         """Time the plan through ``sktune.apply``, as the export runs it: against the eager model,
@@ -215,18 +225,10 @@ class TrialRunner:
                              for m in compare_outputs(flatten_outputs(self.model(*more)), flatten_outputs(out)))
             pairs = [(lambda: self.model(*inputs), lambda: applied(*inputs)),  # the speedup a user sees
                      (lambda: direct(*args), lambda: applied(*inputs))]  # what the call adds to the table's
-            samples: list[tuple[list[float], list[float]]] = [([], []) for _ in pairs]
-            if self.helper is not None:
-                self.helper.settle()  # nothing may compile beside a timing
-            for r in range(request.rounds):
-                for k in (0, 1) if r % 2 == 0 else (1, 0):  # neither always goes first
-                    b, c, _ = self.backend.time_batches(*pairs[k], n_batches=request.n_batches,
-                                                        batch_target_s=self.config.batch_target_s)
-                    samples[k][0].extend(b)
-                    samples[k][1].extend(c)
+            over_eager, over_direct = self._interleaved_rounds(pairs, request.rounds, request.n_batches)
         finally:  # the worker's later compiles start as before, also after a failure: no Dynamo cache of this model
             torch._dynamo.reset()
-        return ThroughCompileResult(paired_timing(*samples[0]), paired_timing(*samples[1]), mismatches, compile_s)
+        return ThroughCompileResult(over_eager, over_direct, mismatches, compile_s)
 
     def verify_shapes(self) -> VerifyOnlyShapes:
         """The model's verify-only shapes (``verify_shapes()``), in its order."""

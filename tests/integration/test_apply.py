@@ -208,6 +208,29 @@ def test_the_worker_times_a_plan_through_apply_with_the_bits_of_its_direct_compi
     assert result.applied.n_batches == 4 and result.over_direct.n_batches == 4 and result.compile_s > 0
 
 
+def test_confirm_times_every_plan_in_rounds_whose_order_rotates(runner: "TrialRunner",
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The finalists' round and the through-compile timing share one loop: each pair gets
+    n_batches per round, and none goes first in every round."""
+    from sktune.pipe.protocol import ConfirmRequest
+
+    shape = runner.shape(None)
+    plans = (Plan(), runner.backend.fuse_all_plan(shape.graph), Plan())
+    result = runner.confirm(ConfirmRequest(plans, rounds=3, n_batches=2))
+    assert [t.n_batches for t in result.timings] == [6, 6, 6]
+    firsts: list[str] = []
+    pairs = [(lambda: None, lambda k=k: k) for k in "abc"]
+    real = runner.backend.time_batches
+
+    def recorded(baseline, candidate, n_batches, batch_target_s):  # noqa: ANN001, ANN202
+        firsts.append(candidate())
+        return real(baseline, candidate, n_batches=n_batches, batch_target_s=batch_target_s)
+
+    monkeypatch.setattr(runner.backend, "time_batches", recorded)
+    runner._interleaved_rounds(pairs, rounds=3, n_batches=1)
+    assert firsts == [*"abc", *"bca", *"cab"]
+
+
 def test_a_model_returning_a_tensor_twice_and_an_input_is_compared_in_its_own_structure() -> None:
     """The captured graph returns each distinct tensor once and no input: compared with its
     references, the applied model's three outputs read as 'NOT bitwise' (a missing output
