@@ -136,8 +136,12 @@ def _write_stopped_summary(path: Path, study: str, storage: str, how: str) -> No
         data = summary(load_existing_study(study, storage))
         _write_summary(path, {**data, "stopped": how})
     except (Exception, KeyboardInterrupt) as exc:  # a second Ctrl-C skips it; the stop's exit code stands
-        why = str(exc) if isinstance(exc, SktuneError) else f"{type(exc).__name__}: {exc}" if str(exc) else \
-            "interrupted again"
+        if isinstance(exc, SktuneError):
+            why = str(exc)
+        elif isinstance(exc, KeyboardInterrupt):
+            why = "interrupted again"
+        else:
+            why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         err_console.print(f"no summary written to {escape(str(path))}: {escape(why)}", soft_wrap=True)
         return
     err_console.print(f"summary of the trials saved so far written to {escape(str(path))}", soft_wrap=True)

@@ -57,7 +57,7 @@ def through_compile_summary(study: optuna.Study, best_trial: int | None) -> dict
     None where it was not timed (an emulated or device-timed backend, a best that fuses
     nothing) or was timed for a best since replaced."""
     entry = study.user_attrs.get(StudyAttr.THROUGH_COMPILE)
-    if not entry or entry.get("trial") != best_trial or "over_direct" not in entry and not entry.get("failed"):
+    if not entry or entry.get("trial") != best_trial:
         return None
     if entry.get("failed"):
         return {"trial": entry["trial"], "failed": entry["failed"], "bitwise": None}
