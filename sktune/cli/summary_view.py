@@ -86,7 +86,7 @@ def print_summary(data: dict[str, Any]) -> None:
         timed = (" (both re-measured)" if shape.get("regret_timing") == "re-measured"
                  else f" at its search {shape['search_speedup']:.2f}×")
         regret = "" if shape["regret"] is None else f", regret {shape['regret']:+.1%}{against}{timed}"
-        table.add_row(f"  at {name} (weight {shape['weight']:g}{regret})", us(shape["best_s"]), us(shape["baseline_s"]),
+        table.add_row(f"  at {name} ({shape['share']:.0%} of the traffic{regret})", us(shape["best_s"]), us(shape["baseline_s"]),
                       _speedup(shape), "yes" if shape["verified_bitwise"] else "NO")
         if shape.get("yardstick_trial") is not None:  # that shape's own candidate, measured there only
             # Short cells (the full "exact where" is in the summary and the report): no wrapping.

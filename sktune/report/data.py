@@ -81,10 +81,10 @@ def anchors(summary: dict[str, Any]) -> pd.DataFrame:
 def shapes(summary: dict[str, Any]) -> pd.DataFrame:
     """Per served shape: the one plan against unfused and against the best plan for that shape
     alone: the search's best trial exact there and the shape's yardstick (tuning/yardsticks.py)."""
-    columns = ["shape", "weight", "baseline_s", "best_s", "speedup", "speedup_lo", "speedup_hi", "bitwise",
+    columns = ["shape", "weight", "share", "baseline_s", "best_s", "speedup", "speedup_lo", "speedup_hi", "bitwise",
                "search_speedup", "best_alone_trial", "best_alone_speedup", "yardstick_trial", "yardstick_speedup",
                "yardstick_exact", "regret", "regret_against", "regret_timing"]
-    rows = [{"shape": name, "weight": s["weight"], "baseline_s": s["baseline_s"], "best_s": s["best_s"],
+    rows = [{"shape": name, "weight": s["weight"], "share": s.get("share"), "baseline_s": s["baseline_s"], "best_s": s["best_s"],
              "speedup": s["speedup"], "speedup_lo": (s["speedup_ci"] or [None])[0],
              "speedup_hi": (s["speedup_ci"] or [None, None])[1],
              "bitwise": "yes" if s["verified_bitwise"] else "no", "search_speedup": s.get("search_speedup"),

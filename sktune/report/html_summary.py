@@ -39,7 +39,7 @@ def summary_section(study: optuna.Study, summary: dict[str, Any]) -> str:
               + interrupted_count(summary) + ".")
     remeasured = "The best" + (" and fuse-everything" if summary.get("fuse_all") else "")
     source = {"re-measured": f"{remeasured} times were re-measured after the search "
-                             "(the search's minimum is biased low)",
+                             "(the search's best time is the least of many noisy ones: an optimistic speedup)",
               "search": "Times are from the search trials themselves"}.get(summary.get("timing_source", ""), "")
     return (f'<h2 id="summary">1. Summary</h2><p class="verdict {data.verdict_kind(summary)}">{esc(data.verdict(summary))}</p>'
             f"<p>{esc(counts)} {esc(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
@@ -78,7 +78,7 @@ def _shapes(summary: dict[str, Any]) -> str:
     frame = data.shapes(summary)
     if frame.empty:
         return ""
-    rows = [[cell(r.shape), cell(r.weight, num(r.weight, "g")),
+    rows = [[cell(r.shape), cell(r.share, "—" if pd.isna(r.share) else f"{r.share:.0%} (weight {r.weight:g})"),
              cell(r.baseline_s * 1e6, num(r.baseline_s * 1e6, ".1f")), cell(r.best_s * 1e6, num(r.best_s * 1e6, ".1f")),
              cell(r.speedup, num(r.speedup, ".2f") + "× " + interval(r.speedup_lo, r.speedup_hi, ".2f")),
              cell(r.bitwise), cell(r.search_speedup, "—" if pd.isna(r.search_speedup) else f"{r.search_speedup:.2f}×"),
@@ -95,7 +95,7 @@ def _shapes(summary: dict[str, Any]) -> str:
             "there against the faster of the two: search timing against search timing, the plan's search "
             "figure beside it (its speedup before is the re-measured one, where the finalists' round ran), or "
             "the round's figures where it re-measured both (marked).</p>"
-            + table(["shape", "weight", "unfused µs", "plan µs", "speedup [95 %]", "bitwise", "plan (search)",
+            + table(["shape", "share of traffic", "unfused µs", "plan µs", "speedup [95 %]", "bitwise", "plan (search)",
                       "best alone (search)", "yardstick: exact where", "regret"], rows))
 
 

@@ -117,12 +117,15 @@ def shapes_summary(study_shapes: Mapping[str, Any], chosen: Mapping[str, Any], s
     again = {(f["trial"], name): PairedTiming.from_json(o["timing"]).ratio  # (trial, shape) -> re-measured ratio
              for f in finalists for name, o in (f.get("shapes") or {}).items()}
     out: dict[str, dict[str, Any]] = {}
+    total = sum(float(declared["weight"]) for declared in study_shapes.values())
     for name, declared in study_shapes.items():
         o, s = chosen_at.get(name), searched_at.get(name)
         if o is None:
             continue
         entry: dict[str, Any] = {
-            "weight": declared["weight"], "input_shapes": declared.get("input_shapes"),
+            # share: the weight as the weighted figures use it (input_shapes() may declare 3 and 1).
+            "weight": declared["weight"], "share": float(declared["weight"]) / total,
+            "input_shapes": declared.get("input_shapes"),
             "baseline_s": o.timing.baseline_s, "best_s": o.timing.candidate_s, "speedup": o.timing.speedup,
             "speedup_ci": list(o.timing.speedup_ci), "verified_bitwise": o.bitwise,
             "search_speedup": None, "best_alone_trial": None, "best_alone_speedup": None, "regret": None,

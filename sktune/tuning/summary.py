@@ -31,6 +31,10 @@ def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[Pair
     return record.timing, record.feasible, "search"
 
 
+# A search trial's speedup: the least of many noisy times, so the speedup is biased high.
+OPTIMISTIC = "optimistic (the best of many noisy timings)"
+
+
 def _provisional(study: optuna.Study, best: int, source: str) -> str | None:
     """Why the best is named by its search trial, not by a finalists' round (README: a fused
     plan is named best only when re-measured): no round has completed yet (a run stopped, or
@@ -39,13 +43,13 @@ def _provisional(study: optuna.Study, best: int, source: str) -> str | None:
     if source != "search":
         return None
     if failed := study.user_attrs.get(StudyAttr.FINALISTS_FAILED):
-        return (f"the finalists' round failed ({failed}): the figures are the search trial's, biased low; "
+        return (f"the finalists' round failed ({failed}): the figures are the search trial's, {OPTIMISTIC}; "
                 "run the same command again to re-measure")
     if not study.user_attrs.get(StudyAttr.FINALISTS):
         return ("no finalists' round has completed (a run stopped before its end, or one is still running): the "
-                "figures are the search trial's, biased low; run the same command again to finish the study")
+                f"figures are the search trial's, {OPTIMISTIC}; run the same command again to finish the study")
     return (f"trial #{best} finished after the last finalists' round (another worker's trial, or a resumed "
-            "run's): its figures are the search trial's, biased low; the last worker to finish re-measures it")
+            f"run's): its figures are the search trial's, {OPTIMISTIC}; the last worker to finish re-measures it")
 
 
 def _interrupted(r: TrialRecord) -> bool:

@@ -74,3 +74,14 @@ def test_the_python_export_names_each_served_shape() -> None:
                        "n_ops": 4, "shapes": {"bs1": shape, "bs64": {**shape, "speedup": 1.01}}},
                       Plan.make([Scope(0, 3, "sk0")], {}), 3)
     assert any("weighted mean): bs1 1.21x, bs64 1.01x;" in line for line in lines)
+
+
+def test_each_shape_shows_its_share_of_the_traffic_as_the_weighted_figures_use_it() -> None:
+    """input_shapes() may declare 3 and 1: the score normalises them, so the summary shows 75 % and 25 %."""
+    declared = {"bs1": {"weight": 3, "input_shapes": [[[1, 8], "torch.float32"]]},
+                "bs8": {"weight": 1, "input_shapes": [[[8, 8], "torch.float32"]]}}
+    chosen = {"bs1": outcome("bs1", 0.8).to_json(), "bs8": outcome("bs8", 0.6).to_json()}
+    summary = shapes_summary(declared, chosen, chosen, [])
+    assert [s["share"] for s in summary.values()] == [0.75, 0.25]
+    html = _shapes({"shapes": summary})
+    assert "75% (weight 3)" in html and "25% (weight 1)" in html
