@@ -63,19 +63,20 @@ class Mismatch:
 
 
 def flatten_outputs(out: Any) -> list[torch.Tensor]:
-    """A tensor, or an arbitrarily nested tuple/list of tensors, as a flat list.
+    """A tensor, or an arbitrarily nested tuple/list/dict of tensors, as a flat list (a dict's
+    values in its order: a Hugging Face ``ModelOutput`` is a dict).
 
     Anything else raises ``TypeError`` so that a kernel returning e.g. ``None``
     or a Python float is reported instead of silently compared as "nothing".
     """
     if isinstance(out, torch.Tensor):
         return [out]
-    if isinstance(out, (tuple, list)):
+    if isinstance(out, (tuple, list, dict)):
         flat: list[torch.Tensor] = []
-        for item in out:
+        for item in (out.values() if isinstance(out, dict) else out):
             flat.extend(flatten_outputs(item))
         return flat
-    raise TypeError(f"cannot compare output of type {type(out).__module__}.{type(out).__qualname__}; expected a tensor or a (nested) tuple/list of tensors")
+    raise TypeError(f"cannot compare output of type {type(out).__module__}.{type(out).__qualname__}; expected a tensor or a (nested) tuple/list/dict of tensors")
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:

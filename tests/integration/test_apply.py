@@ -231,15 +231,16 @@ def test_confirm_times_every_plan_in_rounds_whose_order_rotates(runner: "TrialRu
     assert firsts == [*"abc", *"bca", *"cab"]
 
 
-def test_a_model_returning_a_tensor_twice_and_an_input_is_compared_in_its_own_structure() -> None:
+@pytest.mark.parametrize("model", ["aliased_outputs.py", "dict_outputs.py"])
+def test_a_model_returning_a_tensor_twice_and_an_input_is_compared_in_its_own_structure(model: str) -> None:
     """The captured graph returns each distinct tensor once and no input: compared with its
     references, the applied model's three outputs read as 'NOT bitwise' (a missing output
-    per input set), although torch.equal holds for each."""
+    per input set), although torch.equal holds for each. A dict is compared by its values."""
     from sktune.pipe.protocol import ThroughCompileRequest
     from sktune.worker.runner import RunnerConfig, TrialRunner
 
-    aliased = Path(__file__).resolve().parents[1] / "models" / "aliased_outputs.py"
-    runner = TrialRunner(RunnerConfig(model_path=str(aliased), n_batches=2))
+    path = Path(__file__).resolve().parents[1] / "models" / model
+    runner = TrialRunner(RunnerConfig(model_path=str(path), n_batches=2))
     plan, expected = _fuse_all_and_its_direct_mismatches(runner)
     result = runner.through_compile(ThroughCompileRequest(plan, rounds=1, n_batches=1))
     assert result.mismatches == expected  # the same bits as the direct compile; no output "missing"

@@ -180,6 +180,10 @@ def test_a_forward_that_reads_its_state_only_passes(tmp_path: Path) -> None:
                                          "return x + self.table", init="self.register_buffer('table', None)"))
 
 
+def test_a_forward_returning_a_dict_passes(tmp_path: Path) -> None:
+    forward_checked(model_file(tmp_path, "return {'y': x * 2 + 1, 'pair': (x - 1, x.sum(0))}"))
+
+
 @pytest.mark.parametrize(("inputs", "top", "extra", "message"), [
     ("(torch.randn(4, 8, generator=g), 3)", "", "", "must return a tuple of tensors; element 1 is int"),
     ("()", "", "", "returned no tensors"),
