@@ -275,8 +275,17 @@ def _forward(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Pat
     except SystemExit as exc:
         raise ModelFileError(f"the forward of {path} called sys.exit({exc.code!r})") from exc
     except Exception as exc:
-        # "takes 1 positional argument but 3 were given": a keyword-only forward (not "missing ... argument")
-        hint = (" (sktune calls forward(*example_inputs(seed)): its inputs are passed by position)"
-                if isinstance(exc, TypeError) and re.search(r"positional arguments? but \d+ (were|was) given",
-                                                            str(exc)) else "")
-        raise ModelFileError(f"the model's forward raised {type(exc).__name__}: {exc}{hint}") from exc
+        raise ModelFileError(f"the forward of {path} raised {type(exc).__name__}: {exc}"
+                             f"{_forward_hint(exc, model, inputs)}") from exc
+
+
+def _forward_hint(exc: Exception, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> str:
+    # "takes 1 positional argument but 3 were given": a keyword-only forward (not "missing ... argument")
+    if isinstance(exc, TypeError) and re.search(r"positional arguments? but \d+ (were|was) given", str(exc)):
+        return " (sktune calls forward(*example_inputs(seed)): its inputs are passed by position)"
+    if re.search(r"dtype|scalar type", str(exc), re.IGNORECASE):  # inputs drawn in another dtype than the weights'
+        def named(tensors: Any) -> str:
+            return ", ".join(sorted({str(t.dtype).removeprefix("torch.") for t in tensors})) or "none"
+        return (f" (example_inputs gives {named(t for t in inputs if isinstance(t, torch.Tensor))}; the model's "
+                f"parameters are {named(model.parameters())}: draw the inputs in the dtype the model runs in)")
+    return ""

@@ -180,6 +180,14 @@ def test_a_forward_that_reads_its_state_only_passes(tmp_path: Path) -> None:
                                          "return x + self.table", init="self.register_buffer('table', None)"))
 
 
+def test_a_forward_that_fails_on_the_inputs_dtype_names_the_file_and_both_dtypes(tmp_path: Path) -> None:
+    path = model_file(tmp_path, "return self.lin(x)", init="self.lin = torch.nn.Linear(8, 8)",
+                      inputs="(torch.randn(4, 8, generator=g, dtype=torch.float64),)")
+    with pytest.raises(ModelFileError, match=f"the forward of {re.escape(str(path))} raised RuntimeError: .*dtype.*"
+                                             r"\(example_inputs gives float64; the model's parameters are float32"):
+        forward_checked(path)
+
+
 def test_a_forward_returning_a_dict_passes(tmp_path: Path) -> None:
     forward_checked(model_file(tmp_path, "return {'y': x * 2 + 1, 'pair': (x - 1, x.sum(0))}"))
 
@@ -244,8 +252,8 @@ def test_a_forward_without_ops_has_nothing_to_fuse(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("shapes", "verify", "message"), [
     # A tuned shape after the first and a verify-only shape are checked at start-up too: a crash
     # there named no shape (capture's raw traceback), or ended the search as "not bitwise".
-    ({"ok": 0.5, "bad": 0.5}, None, "at shape 'bad' (example_inputs(0, shape='bad')): the model's forward raised"),
-    ({"ok": 1.0}, ["bad"], "at shape 'bad' (example_inputs(0, shape='bad')): the model's forward raised"),
+    ({"ok": 0.5, "bad": 0.5}, None, "at shape 'bad' (example_inputs(0, shape='bad')): the forward of "),
+    ({"ok": 1.0}, ["bad"], "at shape 'bad' (example_inputs(0, shape='bad')): the forward of "),
     ({"ok": 0.5, "empty": 0.5}, None, "returns no elements at shape 'empty'"),
 ])
 def test_every_shape_runs_its_forward_at_start_up(tmp_path: Path, shapes: dict, verify: list | None,
