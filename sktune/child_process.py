@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import sys
 import traceback
 from pathlib import Path
@@ -56,3 +57,46 @@ def cut_short_library(exc: BaseException, cache_dir: str | None) -> Path | None:
         return None
     path = Path(found.group(1))
     return path if path.resolve().is_relative_to(Path(cache_dir).resolve()) else None
+
+
+def drop_cut_short_libraries(cache_dir: str, settled_s: float = 60.0) -> list[Path]:
+    """Remove the compiled libraries in this study's compile cache that a stopped run's linker
+    left cut short, before Inductor starts; the removed ones, for the run to say.
+
+    Inductor compiles a library only where none exists, so a cut one stayed: a region's was
+    met by a trial (``cut_short_library``), but its vector-ISA check's failed silently, and every
+    later compile of the study then broke with C++ errors ("'at::vec' has not been declared").
+    A library written in the last ``settled_s`` seconds is left alone: another worker on the
+    same study may be writing it now (a linker writes its output in well under a second).
+    """
+    if not sys.platform.startswith("linux"):  # ELF only; elsewhere a trial meets it (cut_short_library)
+        return []
+    import time
+
+    removed, now = [], time.time()
+    for path in Path(cache_dir).rglob("*.so"):
+        try:
+            stat = path.stat()
+            if now - stat.st_mtime < settled_s or _whole_elf(path, stat.st_size):
+                continue
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _whole_elf(path: Path, size: int) -> bool:
+    """An ELF file whose section header table, written last by the linker, lies inside it."""
+    with path.open("rb") as f:
+        head = f.read(64)
+    if len(head) < 52 or head[:4] != b"\x7fELF":
+        return False
+    order = "<" if head[5] == 1 else ">"
+    if head[4] == 2 and len(head) < 64:
+        return False
+    # e_shoff, then e_shentsize and e_shnum: 64-bit at 0x28 and 0x3A, 32-bit at 0x20 and 0x2E.
+    offset_format, offset_at, table_at = ("Q", 0x28, 0x3A) if head[4] == 2 else ("I", 0x20, 0x2E)
+    (offset,) = struct.unpack_from(order + offset_format, head, offset_at)
+    entry, count = struct.unpack_from(order + "HH", head, table_at)
+    return offset + entry * count <= size

@@ -8,12 +8,14 @@ study.
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from sktune.child_process import cut_short_library, die_with_parent, thread_locked_progress_bars
+from sktune.child_process import (cut_short_library, die_with_parent, drop_cut_short_libraries,
+                                  thread_locked_progress_bars)
 from sktune.errors import SktuneError
 from sktune.pipe.protocol import BisectRequest, ConfirmRequest, ProfileRequest, ThroughCompileRequest, TrialRequest
 from sktune.pipe.verify_shapes import VerifyRequest
@@ -29,6 +31,10 @@ def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, paren
     thread_locked_progress_bars()
     if cache_dir:  # before torch is imported: one Inductor cache per study and CPU (TuneSettings.compile_cache)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+        if removed := drop_cut_short_libraries(cache_dir):
+            print(f"sktune: removed {len(removed)} compiled librar{'y' if len(removed) == 1 else 'ies'} that a stopped "
+                  f"run left cut short in the study's compile cache {cache_dir}; they compile afresh",
+                  file=sys.stderr, flush=True)
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's own logs off the user's screen
     from sktune.worker.runner import RunnerConfig, TrialRunner
 

@@ -276,6 +276,27 @@ def test_a_compiled_library_cut_short_is_named_removed_and_not_the_plan_s_failur
         assert cut_short_library(exc, str(cache)) is None
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the start-up check reads ELF files (Linux)")
+def test_libraries_cut_short_by_a_stopped_run_are_removed_before_the_worker_compiles(tmp_path: Path) -> None:
+    """A cut vector-ISA check library made every later compile of the study fail with C++
+    errors ("'at::vec' has not been declared"): Inductor never rebuilds a library it finds.
+    A library written in the last minute is left alone: another worker may be writing it."""
+    import torch
+
+    from sktune.child_process import drop_cut_short_libraries
+
+    whole = (Path(torch.__file__).parent / "lib" / "libc10.so").read_bytes()
+    files = {"whole": whole, "cut": whole[:len(whole) // 2], "header only": whole[:40], "empty": b""}
+    for name, data in files.items():
+        (tmp_path / "ab").mkdir(exist_ok=True)
+        (tmp_path / "ab" / f"{name}.so").write_bytes(data)
+        os.utime(tmp_path / "ab" / f"{name}.so", (time.time() - 600, time.time() - 600))
+    (tmp_path / "fresh.so").write_bytes(whole[:100])  # being written now, perhaps
+    removed = drop_cut_short_libraries(str(tmp_path))
+    assert sorted(p.stem for p in removed) == ["cut", "empty", "header only"]
+    assert sorted(p.name for p in tmp_path.rglob("*.so")) == ["fresh.so", "whole.so"]
+
+
 @pytest.mark.slow  # ~30 s: three worker starts and compiles; CI runs it
 def test_a_worker_that_meets_a_library_cut_short_removes_it_and_the_plan_runs_again(tmp_path: Path) -> None:
     from sktune.pipe.protocol import TrialRequest, WorkerFailure
