@@ -106,7 +106,8 @@ def _print(summary: ProfileSummary) -> None:
 
     console.print(f"Marker kernels filtered: {summary.markers_filtered}", highlight=False)
     if summary.duplicates_dropped:
-        console.print(f"Exact duplicate rows dropped: {summary.duplicates_dropped}", highlight=False)
+        console.print(f"Duplicate rows dropped (exact repeats, or a task listed again under another name): "
+                      f"{summary.duplicates_dropped}", highlight=False)
     if summary.untimed_rows:
         console.print(f"Rows without a usable start or duration (blank, unreadable, infinite or negative; counted, "
                       f"not timed): {summary.untimed_rows}", highlight=False)

@@ -157,7 +157,8 @@ def read_kernel_details(source: str | Path) -> pd.DataFrame:
     ``type``, ``core``, ``start_us``, ``start_ns`` (exact), ``duration_us``, ``wait_us``,
     ``block_num`` (``Block Num`` or ``Block Dim``), ``mix_block_num``, ``device_id``, ``task_id``,
     ``stream_id`` (nullable; Level0 has no Task ID or Stream ID), and flags ``is_marker``,
-    ``is_superkernel``, ``is_duplicate`` (an exact repeat of an earlier row). ``N/A`` numbers become NaN/<NA>."""
+    ``is_superkernel``, ``is_duplicate`` (an exact repeat of an earlier row, or the same task
+    again under another name). ``N/A`` numbers become NaN/<NA>."""
     raw = _read_raw(source, "kernel_details.csv", _KERNEL_COLUMNS, ("name", "type", "core", "start", "duration_us"))
     df = pd.DataFrame(index=raw.index)
     # No Step Id: a run without profiler steps, one step 0. A blank Step Id: a kernel outside every step.
@@ -174,9 +175,19 @@ def read_kernel_details(source: str | Path) -> pd.DataFrame:
         df[ints] = _integer(raw, ints)
     df["is_marker"] = df["name"].str.match(_MARKER)
     df["is_superkernel"] = df["type"] == "SuperKernel"
-    df["is_duplicate"] = raw.duplicated(keep="first")
+    df["is_duplicate"] = raw.duplicated(keep="first") | _same_task_again(df)
     df.attrs["cut_rows"] = raw.attrs["cut_rows"]
     return df
+
+
+def _same_task_again(df: pd.DataFrame) -> pd.Series:
+    """Rows of a task already listed: the same device, stream, task and start, under another
+    name (seen on a real file: FlashAttentionScore's task also as ``…_varlen``); counted once,
+    its time would count twice. Level0 has no Task ID or Stream ID: exact repeats only."""
+    keyed = df["task_id"].notna() & df["stream_id"].notna() & df["start_ns"].notna()
+    key = df.loc[keyed, ["stream_id", "task_id", "start_ns"]]
+    key = key.assign(device=df.loc[keyed, "device_id"].fillna(-1))  # one device per file: no Device_id column
+    return key.duplicated(keep="first").reindex(df.index, fill_value=False)
 
 
 def read_step_trace(source: str | Path) -> pd.DataFrame:
