@@ -24,6 +24,9 @@ class Effort:
     # The whole-region refinement is tried only if it costs at most this many trials'
     # compiles (tuning/refine.py); None: always.
     whole_region_cap: float | None = None
+    # Rounds of 5 interleaved batch pairs in the finalists' round and in the timing through
+    # sktune.apply (tuning/through_compile.py): each plan gets 5 × this many pairs.
+    confirm_rounds: int = 6
 
     @property
     def n_batches(self) -> int:
@@ -33,7 +36,7 @@ class Effort:
 EFFORTS: dict[str, Effort] = {
     "quick": Effort(trials=15, chunks=(10, 10), patience=6, confirm_top=2, whole_region_cap=3),
     "default": Effort(trials=30, chunks=(10, 10, 10), patience=12, confirm_top=3, whole_region_cap=3),
-    "thorough": Effort(trials=100, chunks=(10, 10, 10, 10, 10, 10), patience=30, confirm_top=5),
+    "thorough": Effort(trials=100, chunks=(10, 10, 10, 10, 10, 10), patience=30, confirm_top=5, confirm_rounds=10),
 }
 
 

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: float, top: int,
-                      shapes: tuple[tuple[str, float], ...] = ()) -> None:
+                      shapes: tuple[tuple[str, float], ...] = (), n_rounds: int = 6) -> None:
     """Re-time the ``top`` best exact plans, fuse-all and the unfused plan in one interleaved round.
 
     The best trial is the minimum of many noisy ratios; the measurement that picked it is
@@ -31,7 +31,8 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     plan is named best only when its re-measured interval lies wholly below 1.0
     (``finalist_verdict``); otherwise the verdict is "keep unfused". The unfused plan
     timed as a candidate against its own baseline is the round's noise floor.
-    Several shapes: one round per shape, combined into the weighted timing. A model with
+    ``n_rounds`` rounds of 5 pairs per plan (the effort's). Several shapes: one round per
+    shape, combined into the weighted timing. A model with
     verify-only shapes: the plan the rule would name is verified bitwise at each first; one
     that is not is passed over for the next (``named_after_verification``).
     """
@@ -52,8 +53,8 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     rounds_at: list[str | None] = [name for name, _ in shapes] or [None]
     rounds: dict[str | None, tuple[PairedTiming, ...]] = {}
     for name in rounds_at:
-        request = ConfirmRequest(tuple(Plan.from_json(p) for p in plans), name)
-        result = worker.confirm(request, timeout * len(plans))
+        request = ConfirmRequest(tuple(Plan.from_json(p) for p in plans), name, n_rounds)
+        result = worker.confirm(request, timeout * len(plans) * max(1.0, n_rounds / 6))
         if isinstance(result, WorkerFailure):
             log.warning("re-measuring the finalists failed: %s", result.reason)
             study.set_user_attr(StudyAttr.FINALISTS_FAILED, result.reason)  # the summary says why it is provisional

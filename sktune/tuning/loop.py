@@ -210,10 +210,11 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
             with phases("yardsticks"):  # each shape's own candidates, at that shape only: the regret's yardstick
                 run_yardsticks(study, space, workload, objective, callbacks, effort.whole_region_cap)
             with phases("finalists"):
-                confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes)
+                confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes,
+                                  effort.confirm_rounds)
             with phases("through_compile"):
                 time_through_compile(study, worker, settings.trial_timeout,
-                                     backend.device_profiler is None)
+                                     backend.device_profiler is None, effort.confirm_rounds)
             with phases("profiles"):
                 profile_baseline_and_best(study, worker, settings.trial_timeout)
             record_earlier_runs(study)  # before this run's phases replace the last one's

@@ -27,19 +27,20 @@ log = logging.getLogger(__name__)
 
 
 def time_through_compile(study: optuna.Study, worker: SupervisedWorker, timeout: float,
-                         timed_by_clock: bool) -> None:
+                         timed_by_clock: bool, rounds: int = 6) -> None:
     """Time the named best as the export runs it: ``sktune.apply`` is ``torch.compile``, and
     Dynamo runs on every call (its frame hook and guards), a cost the trials, which call the
     captured graph directly, never pay (README: on a small model it has turned a plan timed
     faster than eager into one slower). Only where a clock times the trials (a device
-    profiler's step time holds no host cost) and the best fuses something."""
+    profiler's step time holds no host cost) and the best fuses something. ``rounds``: the
+    effort's, as the finalists' round."""
     best = best_record(study)
     plan = None if best is None or best.plan is None else Plan.from_json(best.plan)
     n_ops = len(study.user_attrs.get(StudyAttr.OPS) or [])
     if not timed_by_clock or best is None or plan is None or not group_ops(n_ops, plan.scopes):
         study.set_user_attr(StudyAttr.THROUGH_COMPILE, None)
         return
-    result = worker.through_compile(ThroughCompileRequest(plan), timeout)
+    result = worker.through_compile(ThroughCompileRequest(plan, rounds), timeout * max(1.0, rounds / 6))
     if isinstance(result, WorkerFailure):
         log.warning("timing the best plan through sktune.apply failed: %s", result.reason)
         study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": best.number, "failed": result.reason})

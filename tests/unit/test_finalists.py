@@ -172,3 +172,13 @@ def test_the_previous_best_ranked_third_by_search_value_keeps_the_round_s_verdic
                          (lucky[1], timing(1.1, 1.0, 1.2))])
     confirm_finalists(study, worker, timeout=10.0, top=1)  # type: ignore[arg-type]
     assert best_record(study).number == 2 and summary(study)["provisional"] is None
+
+
+def test_the_round_times_as_many_rounds_as_the_effort_asks() -> None:
+    from sktune.tuning.budget import EFFORTS
+
+    assert [EFFORTS[e].confirm_rounds for e in ("quick", "default", "thorough")] == [6, 6, 10]
+    worker = FakeWorker([(UNFUSED, timing(1.0, 0.97, 1.03)), (FUSE_ALL, timing(1.05, 1.0, 1.1)),
+                         (CUT, timing(0.85, 0.8, 0.9))])
+    confirm_finalists(make_study(), worker, timeout=10.0, top=3, n_rounds=10)  # type: ignore[arg-type]
+    assert [r["rounds"] for r in worker.rounds] == [10]
