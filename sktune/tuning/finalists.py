@@ -32,9 +32,9 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     (``finalist_verdict``); otherwise the verdict is "keep unfused". The unfused plan
     timed as a candidate against its own baseline is the round's noise floor.
     ``n_rounds`` rounds of 5 pairs per plan (the effort's). Several shapes: one round per
-    shape, combined into the weighted timing. A model with
-    verify-only shapes: the plan the rule would name is verified bitwise at each first; one
-    that is not is passed over for the next (``named_after_verification``).
+    shape, combined into the weighted timing. A model with verify-only shapes: the plan the
+    rule would name is verified bitwise at each first; one that is not is passed over for
+    the next (``named_after_verification``).
     """
     finalists = top_records(study, top)
     previous = _previous_best(study, finalists)
