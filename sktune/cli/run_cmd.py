@@ -93,7 +93,7 @@ def run_command(
                 data = summary(result)
                 progress.finish(data)
         except KeyboardInterrupt as stop:
-            from sktune.tuning.creator import stop_note
+            from sktune.tuning.unprepared import stop_note
 
             saved = stop_note(settings.study, settings.storage)  # saved, deleted, or handed to another worker
             terminated = isinstance(stop, Terminated)

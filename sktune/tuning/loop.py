@@ -19,12 +19,13 @@ from sktune.errors import SktuneError
 from sktune.tuning.budget import Effort, Patience, TrialBudget
 from sktune.tuning.finalists import confirm_finalists, profile_baseline_and_best
 from sktune.tuning.through_compile import time_through_compile
+from sktune.tuning.unprepared import dropped_unless_prepared
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.space.search_space import UNFUSED
 from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
 from sktune.tuning.refine import refine_best
-from sktune.tuning.creator import (awaited_creator, creator_heartbeat, dropped_unless_prepared, measures_space_inputs,
-                                   take_over, wait_for_creator)
+from sktune.tuning.creator import (awaited_creator, creator_heartbeat, measures_space_inputs, take_over,
+                                   wait_for_creator)
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
 from sktune.tuning.trial_writer import mark_past_budget

@@ -21,14 +21,14 @@ import optuna
 from sktune.errors import SktuneError
 from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner
-from sktune.tuning.creator import (await_creator_record, dropped_unless_prepared, record_creator,
-                                   record_waiter)
+from sktune.tuning.creator import await_creator_record, record_creator, record_waiter
 from sktune.tuning.dcci_seed import requeue_stopped_seeds
 from sktune.tuning.records import StudyAttr, TrialAttr, planned_plans
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import (check_made_by_sktune, fail_orphaned_trials, make_storage, mask_url,
                                    storage_error)
+from sktune.tuning.unprepared import dropped_unless_prepared
 from sktune.pipe.workload import Workload
 
 log = logging.getLogger(__name__)

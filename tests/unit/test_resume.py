@@ -23,12 +23,13 @@ from sktune.graph.opgraph import Op
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.measure.op_profile import OpProfile
-from sktune.tuning import creator
-from sktune.tuning.creator import awaited_creator, dropped_unless_prepared, measures_space_inputs, wait_for_creator
+from sktune.tuning import creator, unprepared
+from sktune.tuning.creator import awaited_creator, measures_space_inputs, wait_for_creator
 from sktune.tuning.resume import StartingQueue, fingerprint, open_study, prepare
 from sktune.tuning.sampler import make_sampler
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload, starting_points
 from sktune.tuning.storage import make_storage
+from sktune.tuning.unprepared import dropped_unless_prepared
 from sktune.pipe.workload import ServedShape, Workload
 from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, TARGETS
 
@@ -538,14 +539,14 @@ def test_a_creator_stopped_before_preparing_hands_the_study_to_its_waiter_or_lea
     with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(study, created, url):
         raise KeyboardInterrupt
     assert optuna.get_all_study_names(make_storage(url)) == ["s"]
-    assert "another worker that loaded it prepares it now" in creator.stop_note("s", url)
+    assert "another worker that loaded it prepares it now" in unprepared.stop_note("s", url)
     assert not wait_for_creator(waiter)  # at once, not after a silence
     # A stop that reached both (one process group): the waiter, last to go, leaves nothing behind.
     waiter.set_user_attr(StudyAttr.WAITER, {**elsewhere, "host": socket.gethostname(), "pid": os.getpid()})
     with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(waiter, again, url):
         raise KeyboardInterrupt
     assert optuna.get_all_study_names(make_storage(url)) == []
-    assert creator.stop_note("s", url) == "stopped before the study was prepared, so nothing was saved"
+    assert unprepared.stop_note("s", url) == "stopped before the study was prepared, so nothing was saved"
     lone, created = open_study("lone", url, 0)
     with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(lone, created, url):
         raise KeyboardInterrupt
