@@ -14,6 +14,7 @@ never verified.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import weakref
 from collections import Counter
@@ -121,21 +122,27 @@ class AppliedPlan:
     compiled: list[CompiledModel] = field(default_factory=list)  # what the backend returned for each
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledModel:
-        return _CompileOnFirstCall(self, gm)
+        # Dynamo's sources of the arguments are in the graph now, and gone by its first call.
+        return _CompileOnFirstCall(self, gm, _passed_by_caller(gm, self.model()))
 
-    def user_inputs(self, args: Sequence[Any]) -> list[Any]:
-        """Dynamo's arguments less the model's own tensors (a parameter with an input's shape
-        made an unverified call look verified)."""
+    def user_inputs(self, args: Sequence[Any], passed: list[bool] | None) -> list[Any]:
+        """The arguments that the user's call passed, among Dynamo's (``passed``, from their
+        sources): not a parameter, a global or a tensor held in the module's list (a parameter
+        with an input's shape made a call at an unverified shape look verified). Without
+        sources (another torch), the arguments less the module's own tensors."""
+        if passed is not None and len(passed) == len(args):
+            return [a for a, by_caller in zip(args, passed) if by_caller]
         model = self.model()
         held = {} if model is None else model_tensors(model)
         return [a for a in args if not (isinstance(a, torch.Tensor) and tensor_identity(a) in held)]
 
-    def compile_graph(self, gm: fx.GraphModule, args: Sequence[torch.Tensor]) -> CompiledModel:
+    def compile_graph(self, gm: fx.GraphModule, args: Sequence[torch.Tensor],
+                      passed: list[bool] | None = None) -> CompiledModel:
         if torch.is_grad_enabled():
             log.warning("sktune.apply: the model is called with autograd on; sktune tuned and verified it under "
                         "torch.no_grad(), and the fused regions are compiled for inference: their outputs do not "
                         "require grad (call the model under torch.no_grad())")
-        self.tuned.warn_if_unverified(self.user_inputs(args))
+        self.tuned.warn_if_unverified(self.user_inputs(args, passed))
         graph = opgraph_from(gm, list(args))
         self.tuned.check_fits(graph)
         # A plan tuned for another backend (its options) is refused here, with the reason.
@@ -149,17 +156,38 @@ class AppliedPlan:
 class _CompileOnFirstCall:
     """What Dynamo gets back: compiles with the first call's real arguments, then forwards."""
 
-    def __init__(self, owner: AppliedPlan, gm: fx.GraphModule) -> None:
+    def __init__(self, owner: AppliedPlan, gm: fx.GraphModule, passed: list[bool] | None) -> None:
         self.owner = owner
         self.gm: fx.GraphModule | None = gm
+        self.passed = passed  # each argument: passed by the user's call (None: not known)
         self.fn: CompiledModel | None = None
 
     def __call__(self, *args: Any) -> Any:
         if self.fn is None:
             assert self.gm is not None
-            self.fn = self.owner.compile_graph(self.gm, args)
+            self.fn = self.owner.compile_graph(self.gm, args, self.passed)
             self.gm = None
         return self.fn(*args)
+
+
+def _passed_by_caller(gm: fx.GraphModule, model: torch.nn.Module | None) -> list[bool] | None:
+    """For each placeholder: whether Dynamo's source for it is a local of the forward other
+    than the module (``self``, however the forward names it); None where a source is missing."""
+    module_names = {"self"}  # as torch.nn.Module.__call__ names it
+    if model is not None:
+        module_names.add(next(iter(inspect.signature(type(model).forward).parameters), "self"))
+    flags = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        if source is None:
+            return None
+        while getattr(source, "base", None) is not None:  # L['xs'][0] → L['xs']
+            source = source.base
+        local = getattr(source, "local_name", None)  # None: a global, a closure
+        flags.append(local is not None and local not in module_names)
+    return flags
 
 
 def _shape_key(shape: Sequence[int], dtype: str) -> tuple[tuple[int, ...], str]:

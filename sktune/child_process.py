@@ -6,6 +6,7 @@ import os
 import re
 import struct
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -59,30 +60,38 @@ def cut_short_library(exc: BaseException, cache_dir: str | None) -> Path | None:
     return path if path.resolve().is_relative_to(Path(cache_dir).resolve()) else None
 
 
-def drop_cut_short_libraries(cache_dir: str, settled_s: float = 60.0) -> list[Path]:
+SETTLED_S = 60.0  # a library unchanged this long is not being written
+REPLACED_MARGIN_S = 5.0  # a replaced worker's linker, stopped mid-write, wrote nothing after its stop
+
+
+def drop_cut_short_libraries(cache_dir: str, replaced_at: float | None = None) -> list[Path]:
     """Remove the compiled libraries in this study's compile cache that a stopped run's linker
     left cut short, before Inductor starts; the removed ones, for the run to say.
 
     Inductor compiles a library only where none exists, so a cut one stayed: a region's was
     met by a trial (``cut_short_library``), but its vector-ISA check's failed silently, and every
     later compile of the study then broke with C++ errors ("'at::vec' has not been declared").
-    A library written in the last ``settled_s`` seconds is left alone: another worker on the
+    A library written in the last ``SETTLED_S`` seconds is left alone: another worker on the
     same study may be writing it now (a linker writes its output in well under a second).
+    ``replaced_at``: when this run stopped the worker that this one replaces (a hung trial's,
+    killed); what that worker wrote until a moment before is checked too.
     """
     if not sys.platform.startswith("linux"):  # ELF only; elsewhere a trial meets it (cut_short_library)
         return []
-    import time
-
-    removed, now = [], time.time()
-    for path in Path(cache_dir).rglob("*.so"):
-        try:
-            stat = path.stat()
-            if now - stat.st_mtime < settled_s or _whole_elf(path, stat.st_size):
+    written_before = time.time() - SETTLED_S
+    if replaced_at is not None:
+        written_before = max(written_before, replaced_at - REPLACED_MARGIN_S)
+    removed = []
+    for folder, _, names in os.walk(cache_dir):  # os.walk skips a folder removed meanwhile
+        for path in (Path(folder) / name for name in names if name.endswith(".so")):
+            try:
+                stat = path.stat()
+                if stat.st_mtime >= written_before or _whole_elf(path, stat.st_size):
+                    continue
+                path.unlink()
+            except OSError:
                 continue
-            path.unlink()
-        except OSError:
-            continue
-        removed.append(path)
+            removed.append(path)
     return removed
 
 

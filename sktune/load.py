@@ -24,8 +24,8 @@ from sktune.errors import ModelFileError
 
 CONTRACT = (
     "A model file must define:\n"
-    "    def build_model() -> torch.nn.Module: ...\n"
-    "    def example_inputs(seed: int = 0) -> tuple[torch.Tensor, ...]: ..."
+    "    def build_model() -> torch.nn.Module: ...  # the same weights on every run\n"
+    "    def example_inputs(seed: int = 0) -> tuple[torch.Tensor, ...]: ...  # other values for each seed"
 )
 SHAPES_CONTRACT = (
     "A model served at several shapes may also define:\n"

@@ -8,10 +8,11 @@ the same. So a study also records:
 - ``code``: every node of the captured graph with its target and arguments, constants
   included (an edited ``eps`` or scale changes it; Dynamo inlined the imported code);
 - ``weights``: the values of the model tensors the graph reads (parameters, buffers,
-  plain tensor attributes). A tensor of up to ``FULL_ELEMENTS`` elements is hashed whole;
-  a larger one at ``FULL_ELEMENTS`` evenly spaced elements, so that a device-resident model
-  of billions of parameters is not copied to the host: a replaced checkpoint changes them,
-  a single edited element of a large tensor may not.
+  plain tensor attributes). A tensor of up to ``FULL_ELEMENTS`` elements is hashed whole,
+  a larger one at most ``FULL_ELEMENTS`` elements spaced over all of it, so that a model of
+  billions of parameters on a device is not copied to the host: a replaced checkpoint
+  changes them, a single edited element of a large tensor may not. ``build_model`` must
+  give the same weights on every run (seeded, or loaded), or every resume is refused.
 """
 
 from __future__ import annotations
@@ -50,12 +51,11 @@ def weights_digest(graph: OpGraph) -> str:
 
 
 def _sampled_bytes(t: torch.Tensor) -> bytes:
-    flat = t.detach().reshape(-1)
-    if flat.numel() > FULL_ELEMENTS:
-        step = flat.numel() // FULL_ELEMENTS
-        flat = flat[::step][:FULL_ELEMENTS]
-    flat = flat.cpu().contiguous()
-    try:  # raw bits, whatever the dtype (bool, complex and float8 included)
-        return flat.view(torch.uint8).numpy().tobytes()
-    except (RuntimeError, TypeError):  # a tensor without plain storage (quantized, sparse)
-        return repr(flat.tolist()).encode()
+    try:
+        flat = t.detach().reshape(-1)
+        if flat.numel() > FULL_ELEMENTS:
+            flat = flat[::-(-flat.numel() // FULL_ELEMENTS)]  # spaced over the whole tensor
+        # Raw bits, whatever the dtype (bool, complex and float8 included).
+        return flat.cpu().contiguous().view(torch.uint8).numpy().tobytes()
+    except (RuntimeError, TypeError):  # a tensor without plain storage (sparse, quantized): its layout only
+        return f"{t.layout}".encode()

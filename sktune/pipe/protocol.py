@@ -146,6 +146,9 @@ class TimingUpdate:
         return cls(PairedTiming.from_json(data["timing"]), float(data["measure_s"]))
 
 
+CONFIRM_ROUNDS = 6  # rounds of a re-timing (finalists, through sktune.apply) unless the effort says more
+
+
 @dataclass(frozen=True)
 class ConfirmRequest:
     """Re-time ``plans`` in one interleaved round at ``shape`` (None: the heaviest): ``rounds``
@@ -153,7 +156,7 @@ class ConfirmRequest:
 
     plans: tuple[Plan, ...]
     shape: str | None = None
-    rounds: int = 6
+    rounds: int = CONFIRM_ROUNDS
     n_batches: int = 5
 
     def to_json(self) -> dict[str, Any]:
@@ -189,7 +192,7 @@ class ThroughCompileRequest:
     trials call it; interleaved, at the heaviest shape."""
 
     plan: Plan
-    rounds: int = 6
+    rounds: int = CONFIRM_ROUNDS
     n_batches: int = 5
 
     def to_json(self) -> dict[str, Any]:

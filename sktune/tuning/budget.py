@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import optuna
 
+from sktune.pipe.protocol import CONFIRM_ROUNDS
 from sktune.tuning.records import (StudyAttr, TrialAttr, feasible_ratios, feasible_trials, heaviest_shape_ratio,
                                    is_feasible, reused, skipped, timing_of)
 
@@ -26,7 +27,7 @@ class Effort:
     whole_region_cap: float | None = None
     # Rounds of 5 interleaved batch pairs in the finalists' round and in the timing through
     # sktune.apply (tuning/through_compile.py): each plan gets 5 × this many pairs.
-    confirm_rounds: int = 6
+    confirm_rounds: int = CONFIRM_ROUNDS
 
     @property
     def n_batches(self) -> int:

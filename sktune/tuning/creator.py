@@ -37,7 +37,7 @@ def record_creator(study: optuna.Study) -> dict[str, Any]:
 def record_waiter(study: optuna.Study) -> None:
     """Say in a study not yet prepared that a worker loaded it and may wait for its creator:
     a creator stopped during its start-up then hands the study over instead of deleting it
-    (``dropped_unless_prepared``). The last one to load it is enough to know of."""
+    (``unprepared.dropped_unless_prepared``). The last one to load it is enough to know of."""
     if StudyAttr.SPACE not in _user_attrs(study):
         study.set_user_attr(StudyAttr.WAITER, worker_tag())
 
@@ -63,8 +63,8 @@ def await_creator_record(study: optuna.Study) -> None:
 
 PREPARE_POLL_S = 1.0  # how often a worker waiting for the study's creator looks at the study
 # The creator's worker has WORKER_START_TIMEOUT_S to start, or the creator fails and deletes
-# the study (``dropped_unless_prepared``); preparing takes seconds more. A creator without a
-# heartbeat (an older sktune) that created it longer ago is gone.
+# the study (``unprepared.dropped_unless_prepared``); preparing takes seconds more. A creator
+# without a heartbeat (an older sktune) that created it longer ago is gone.
 CREATOR_SLACK_S = 120.0
 CREATOR_PATIENCE_S = WORKER_START_TIMEOUT_S + CREATOR_SLACK_S
 # A creator killed on another host cannot be looked at from here (pid), and the clocks of

@@ -12,7 +12,7 @@ import optuna
 from sktune.graph.grouping import group_ops
 from sktune.plan import Plan
 from sktune.measure.stats import PairedTiming
-from sktune.pipe.protocol import ConfirmRequest, ProfileRequest, WorkerFailure
+from sktune.pipe.protocol import CONFIRM_ROUNDS, ConfirmRequest, ProfileRequest, WorkerFailure
 from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
                                    speedup_of, top_records)
 from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: float, top: int,
-                      shapes: tuple[tuple[str, float], ...] = (), n_rounds: int = 6) -> None:
+                      shapes: tuple[tuple[str, float], ...] = (), n_rounds: int = CONFIRM_ROUNDS) -> None:
     """Re-time the ``top`` best exact plans, fuse-all and the unfused plan in one interleaved round.
 
     The best trial is the minimum of many noisy ratios; the measurement that picked it is
@@ -54,7 +54,7 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     rounds: dict[str | None, tuple[PairedTiming, ...]] = {}
     for name in rounds_at:
         request = ConfirmRequest(tuple(Plan.from_json(p) for p in plans), name, n_rounds)
-        result = worker.confirm(request, timeout * len(plans) * max(1.0, n_rounds / 6))
+        result = worker.confirm(request, timeout * len(plans) * max(1.0, n_rounds / CONFIRM_ROUNDS))
         if isinstance(result, WorkerFailure):
             log.warning("re-measuring the finalists failed: %s", result.reason)
             study.set_user_attr(StudyAttr.FINALISTS_FAILED, result.reason)  # the summary says why it is provisional

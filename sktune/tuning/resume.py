@@ -234,6 +234,8 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
     if changed and not allow_changed:
         raise SktuneError(
             f"study {name!r} was created for another model or machine; changed: " + "; ".join(changed)
+            + (". If build_model draws its weights at random, seed it (torch.manual_seed) or load them"
+               if old.get("weights_sha256", new.get("weights_sha256")) != new.get("weights_sha256") else "")
             + ". Use a new --study name, or --allow-changed to resume anyway"
         )
     if changed:

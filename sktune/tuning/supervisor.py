@@ -11,6 +11,7 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import time
 from dataclasses import asdict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -45,6 +46,7 @@ class SupervisedWorker:
         self._process: Any = None
         self._conn: Connection | None = None
         self.restarts = 0
+        self._stopped_at: float | None = None  # when this run last stopped its worker (a restart's predecessor)
         # The emulated static compiles of this run's verifications: no trial holds them, and the
         # study's estimated host time must (host_time.record_run).
         self.verify_static: list[dict[str, Any]] = []
@@ -52,8 +54,8 @@ class SupervisedWorker:
     def start(self) -> Workload:
         """Start the worker and wait until the model is loaded, captured and checked."""
         parent, child = self._ctx.Pipe()
-        self._process = self._ctx.Process(target=serve, args=(child, self.config, self.cache_dir, os.getpid()),
-                                          daemon=True)
+        self._process = self._ctx.Process(target=serve, daemon=True,
+                                          args=(child, self.config, self.cache_dir, os.getpid(), self._stopped_at))
         self._process.start()
         child.close()
         self._conn = parent
@@ -189,6 +191,7 @@ class SupervisedWorker:
             if self._process.is_alive():
                 self._process.kill()
                 self._process.join(5)
+            self._stopped_at = time.time()
         if self._conn is not None:
             self._conn.close()
         self._process, self._conn = None, None

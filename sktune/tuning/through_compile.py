@@ -16,7 +16,7 @@ import optuna
 
 from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
-from sktune.pipe.protocol import ThroughCompileRequest, WorkerFailure
+from sktune.pipe.protocol import CONFIRM_ROUNDS, ThroughCompileRequest, WorkerFailure
 from sktune.plan import Plan
 from sktune.tuning.records import StudyAttr, best_record
 
@@ -27,12 +27,12 @@ log = logging.getLogger(__name__)
 
 
 def time_through_compile(study: optuna.Study, worker: SupervisedWorker, timeout: float,
-                         timed_by_clock: bool, rounds: int = 6) -> None:
+                         timed_by_clock: bool, n_rounds: int = CONFIRM_ROUNDS) -> None:
     """Time the named best as the export runs it: ``sktune.apply`` is ``torch.compile``, and
     Dynamo runs on every call (its frame hook and guards), a cost the trials, which call the
     captured graph directly, never pay (README: on a small model it has turned a plan timed
     faster than eager into one slower). Only where a clock times the trials (a device
-    profiler's step time holds no host cost) and the best fuses something. ``rounds``: the
+    profiler's step time holds no host cost) and the best fuses something. ``n_rounds``: the
     effort's, as the finalists' round."""
     best = best_record(study)
     plan = None if best is None or best.plan is None else Plan.from_json(best.plan)
@@ -40,7 +40,8 @@ def time_through_compile(study: optuna.Study, worker: SupervisedWorker, timeout:
     if not timed_by_clock or best is None or plan is None or not group_ops(n_ops, plan.scopes):
         study.set_user_attr(StudyAttr.THROUGH_COMPILE, None)
         return
-    result = worker.through_compile(ThroughCompileRequest(plan, rounds), timeout * max(1.0, rounds / 6))
+    result = worker.through_compile(ThroughCompileRequest(plan, n_rounds),
+                                    timeout * max(1.0, n_rounds / CONFIRM_ROUNDS))
     if isinstance(result, WorkerFailure):
         log.warning("timing the best plan through sktune.apply failed: %s", result.reason)
         study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": best.number, "failed": result.reason})
@@ -58,7 +59,8 @@ def through_compile_summary(study: optuna.Study, best_trial: int | None) -> dict
     None where it was not timed (an emulated or device-timed backend, a best that fuses
     nothing) or was timed for a best since replaced."""
     entry = study.user_attrs.get(StudyAttr.THROUGH_COMPILE)
-    if not entry or entry.get("trial") != best_trial:
+    # An entry without over_direct (the record's first form, commits 868d846 to 1ce869a): not timed.
+    if not entry or entry.get("trial") != best_trial or "over_direct" not in entry and not entry.get("failed"):
         return None
     if entry.get("failed"):
         return {"trial": entry["trial"], "failed": entry["failed"], "bitwise": None}

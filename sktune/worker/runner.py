@@ -166,10 +166,14 @@ class TrialRunner:
                       shape: ShapeSet) -> tuple[list[float], list[float], dict[str, Any]]:
         """``n_batches`` interleaved pairs of the shape's baseline and ``candidate`` on input set 0."""
         args0, reference_fn = shape.args[0], shape.reference_fn
+        return self._time_pairs(lambda: reference_fn(*args0), lambda: candidate(*args0), n_batches)
+
+    def _time_pairs(self, baseline: Callable[[], Any], candidate: Callable[[], Any],
+                    n_batches: int) -> tuple[list[float], list[float], dict[str, Any]]:
         if self.helper is not None:
             self.helper.settle()  # nothing may compile beside a timing
-        return self.backend.time_batches(lambda: reference_fn(*args0), lambda: candidate(*args0),
-                                         n_batches=n_batches, batch_target_s=self.config.batch_target_s)
+        return self.backend.time_batches(baseline, candidate, n_batches=n_batches,
+                                         batch_target_s=self.config.batch_target_s)
 
     def _measure(self, n_batches: int) -> tuple[PairedTiming, dict[str, Any]]:
         assert self._current is not None
@@ -196,10 +200,7 @@ class TrialRunner:
         for r in range(rounds):
             order = list(range(len(pairs)))
             for k in order[r % len(order):] + order[:r % len(order)]:
-                if self.helper is not None:
-                    self.helper.settle()  # nothing may compile beside a timing
-                b, c, _ = self.backend.time_batches(*pairs[k], n_batches=n_batches,
-                                                    batch_target_s=self.config.batch_target_s)
+                b, c, _ = self._time_pairs(*pairs[k], n_batches)
                 samples[k][0].extend(b)
                 samples[k][1].extend(c)
         return tuple(paired_timing(b, c) for b, c in samples)

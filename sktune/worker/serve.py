@@ -21,8 +21,10 @@ from sktune.pipe.protocol import BisectRequest, ConfirmRequest, ProfileRequest, 
 from sktune.pipe.verify_shapes import VerifyRequest
 
 
-def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, parent_pid: int | None = None) -> None:
-    """Worker main: build the runner once, then answer requests until told to stop."""
+def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, parent_pid: int | None = None,
+          replaced_at: float | None = None) -> None:
+    """Worker main: build the runner once, then answer requests until told to stop.
+    ``replaced_at``: when the worker this one replaces was stopped (``drop_cut_short_libraries``)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
@@ -31,7 +33,7 @@ def serve(conn: Connection, config: dict[str, Any], cache_dir: str | None, paren
     thread_locked_progress_bars()
     if cache_dir:  # before torch is imported: one Inductor cache per study and CPU (TuneSettings.compile_cache)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
-        if removed := drop_cut_short_libraries(cache_dir):
+        if removed := drop_cut_short_libraries(cache_dir, replaced_at):
             print(f"sktune: removed {len(removed)} compiled librar{'y' if len(removed) == 1 else 'ies'} that a stopped "
                   f"run left cut short in the study's compile cache {cache_dir}; they compile afresh",
                   file=sys.stderr, flush=True)

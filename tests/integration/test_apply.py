@@ -266,15 +266,20 @@ def test_a_failure_through_apply_still_leaves_no_dynamo_cache(runner: "TrialRunn
     assert resets == [True]
 
 
+_SHIFT = torch.linspace(0.0, 1.0, 8)  # a module-level tensor: Dynamo passes it as an argument too
+
+
 class _SquareWeight(torch.nn.Module):
-    """A parameter with the input's own shape: among Dynamo's arguments it looked like an input."""
+    """A parameter with the input's own shape: among Dynamo's arguments it looked like an input.
+    A global tensor and one held in a list are arguments that are no input either."""
 
     def __init__(self) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 64).reshape(8, 8))
+        self.cache = [torch.full((8,), 0.5)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x @ self.weight) + 1.0
+        return torch.relu(x @ self.weight) + _SHIFT + self.cache[0]
 
 
 @pytest.mark.parametrize(("rows", "warned"), [(8, False), (4, True)])
@@ -290,3 +295,11 @@ def test_apply_warns_at_an_unverified_shape_even_beside_a_parameter_of_the_verif
     with torch.no_grad(), caplog.at_level(logging.WARNING, logger="sktune"):
         model(torch.randn(rows, 8))
     assert ("plan was not verified on (verified: rows8 [[8, 8]])" in caplog.text) is warned
+
+
+def test_without_dynamo_s_sources_the_user_inputs_are_the_arguments_less_the_module_s_tensors() -> None:
+    module = _SquareWeight().eval()
+    applied = sktune.applied_plan(sktune.apply(module, Plan()))
+    x = torch.randn(4, 8)
+    assert applied.user_inputs([module.weight.detach(), x], None) == [x]  # another torch: no sources
+    assert applied.user_inputs([module.weight.detach(), x], [False, True]) == [x]

@@ -156,6 +156,8 @@ def test_an_edited_imported_module_or_replaced_weights_are_refused(tmp_path: Pat
         again = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert again.returncode == 1 and said in again.stderr and "--allow-changed" in again.stderr, again.stderr[-2000:]
         assert "model_sha256" not in again.stderr
+        other = "weights_sha256" if said.startswith("code") else "code_sha256"
+        assert other not in again.stderr  # an edited constant is no new weight, new weights no new code
 
 
 @pytest.fixture
@@ -292,8 +294,13 @@ def test_libraries_cut_short_by_a_stopped_run_are_removed_before_the_worker_comp
         (tmp_path / "ab" / f"{name}.so").write_bytes(data)
         os.utime(tmp_path / "ab" / f"{name}.so", (time.time() - 600, time.time() - 600))
     (tmp_path / "fresh.so").write_bytes(whole[:100])  # being written now, perhaps
+    (tmp_path / "replaced.so").write_bytes(whole[:100])  # by the worker this run killed 20 s ago, say
+    os.utime(tmp_path / "replaced.so", (time.time() - 30, time.time() - 30))
     removed = drop_cut_short_libraries(str(tmp_path))
     assert sorted(p.stem for p in removed) == ["cut", "empty", "header only"]
+    assert sorted(p.name for p in tmp_path.rglob("*.so")) == ["fresh.so", "replaced.so", "whole.so"]
+    # A worker that replaces one this run stopped: what that one wrote until 5 s before is checked too.
+    assert [p.name for p in drop_cut_short_libraries(str(tmp_path), replaced_at=time.time() - 20)] == ["replaced.so"]
     assert sorted(p.name for p in tmp_path.rglob("*.so")) == ["fresh.so", "whole.so"]
 
 

@@ -77,12 +77,15 @@ def test_replaced_weights_change_the_weights_digest_only(helper: types.ModuleTyp
 def test_a_large_tensor_is_hashed_at_spaced_elements(helper: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past FULL_ELEMENTS a tensor is sampled (a device-resident model is not copied whole):
     a replaced checkpoint changes the sampled elements; one unsampled element does not."""
-    monkeypatch.setattr(digest, "FULL_ELEMENTS", 16)  # the 64-element weight is sampled every 4th
+    monkeypatch.setattr(digest, "FULL_ELEMENTS", 40)  # the 64-element weight: every 2nd, to its end
     model = Norm(helper)
     before = digests_of(model)
     with torch.no_grad():
         model.weight[1] += 1.0
     assert digests_of(model)["weights_sha256"] == before["weights_sha256"]
+    with torch.no_grad():
+        model.weight[62] += 1.0  # past the first FULL_ELEMENTS: still sampled
+    assert digests_of(model)["weights_sha256"] != before["weights_sha256"]
     with torch.no_grad():
         model.weight.mul_(2.0)
     assert digests_of(model)["weights_sha256"] != before["weights_sha256"]

@@ -61,10 +61,11 @@ class FakeWorker:
     """Answers the finalists' round with stored timings, by plan (and shape)."""
 
     def __init__(self, by_plan: list[tuple[dict, dict]]) -> None:
-        self.by_plan, self.rounds = by_plan, []
+        self.by_plan, self.rounds, self.timeouts = by_plan, [], []
 
     def confirm(self, request: ConfirmRequest, timeout: float) -> ConfirmResult:
         self.rounds.append(request.to_json())
+        self.timeouts.append(timeout)
         plans = [plan.to_json() for plan in request.plans]
         return ConfirmResult(tuple(PairedTiming.from_json(next(t for p, t in self.by_plan if p == plan))
                                    for plan in plans))
@@ -174,11 +175,10 @@ def test_the_previous_best_ranked_third_by_search_value_keeps_the_round_s_verdic
     assert best_record(study).number == 2 and summary(study)["provisional"] is None
 
 
-def test_the_round_times_as_many_rounds_as_the_effort_asks() -> None:
-    from sktune.tuning.budget import EFFORTS
-
-    assert [EFFORTS[e].confirm_rounds for e in ("quick", "default", "thorough")] == [6, 6, 10]
+@pytest.mark.parametrize(("n_rounds", "timeout"), [(6, 30.0), (10, 50.0)])
+def test_the_round_times_as_many_rounds_as_the_effort_asks(n_rounds: int, timeout: float) -> None:
+    """Its time limit grows with them: 10 s a plan for 6 rounds, three plans."""
     worker = FakeWorker([(UNFUSED, timing(1.0, 0.97, 1.03)), (FUSE_ALL, timing(1.05, 1.0, 1.1)),
                          (CUT, timing(0.85, 0.8, 0.9))])
-    confirm_finalists(make_study(), worker, timeout=10.0, top=3, n_rounds=10)  # type: ignore[arg-type]
-    assert [r["rounds"] for r in worker.rounds] == [10]
+    confirm_finalists(make_study(), worker, timeout=10.0, top=3, n_rounds=n_rounds)  # type: ignore[arg-type]
+    assert [r["rounds"] for r in worker.rounds] == [n_rounds] and worker.timeouts == [pytest.approx(timeout)]

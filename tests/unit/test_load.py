@@ -188,6 +188,20 @@ def test_a_forward_that_fails_on_the_inputs_dtype_names_the_file_and_both_dtypes
         forward_checked(path)
 
 
+def test_a_dtype_error_with_the_parameters_dtype_gets_no_dtype_hint(tmp_path: Path) -> None:
+    """Float ids into an Embedding: the inputs are the parameters' dtype; the fix is int64, not theirs."""
+    path = model_file(tmp_path, "return self.emb(x)", init="self.emb = torch.nn.Embedding(8, 4)")
+    with pytest.raises(ModelFileError, match="the forward of .* raised RuntimeError") as raised:
+        forward_checked(path)
+    assert "example_inputs gives" not in str(raised.value)
+
+
+def test_inputs_that_repeat_for_some_seeds_pass(tmp_path: Path) -> None:
+    """A fixed input beside a random one; a small integer input equal for one seed by chance."""
+    forward_checked(model_file(tmp_path, "return x * 2", inputs="(torch.randn(4, 8, generator=g) + torch.arange(8),)"))
+    forward_checked(model_file(tmp_path, "return x * 2", inputs="(torch.full((4, 8), float(min(seed, 1))),)"))
+
+
 def test_a_forward_returning_a_dict_passes(tmp_path: Path) -> None:
     forward_checked(model_file(tmp_path, "return {'y': x * 2 + 1, 'pair': (x - 1, x.sum(0))}"))
 
@@ -197,8 +211,8 @@ def test_a_forward_returning_a_dict_passes(tmp_path: Path) -> None:
     ("()", "", "", "returned no tensors"),
     ("(torch.randn(0, 8, generator=g),)", "", "", "returns no elements on example_inputs\\(0\\)"),  # vacuous
     # The seed ignored: "verified on 3 input sets" would have been one set, three times.
-    ("(torch.ones(4, 8),)", "", "", "example_inputs\\(1\\) in .* returns the same values as example_inputs\\(0\\).*"
-     "run with --input-sets 1"),
+    ("(torch.ones(4, 8),)", "", "", "example_inputs\\(1\\) to \\(2\\) in .* return the same values as "
+     "example_inputs\\(0\\).*run with --input-sets 1"),
     ("(torch.randn(4, 8, generator=g),)", "sys.exit(0)", "", "importing .* called sys.exit\\(0\\)"),
     # A typo in verify_shapes() stops the run now, not after the whole search as "not bitwise".
     ("(torch.randn({'a': 1, 'b': 2}[shape or 'a'], 8, generator=g),)", "",

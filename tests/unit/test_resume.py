@@ -234,7 +234,8 @@ def test_an_edited_imported_module_or_replaced_weights_are_a_change(space: Searc
     digests = {"code_sha256": "c" * 64, "weights_sha256": "w" * 64}
     study = new_study()
     prepare(study, replace(describe(), digests=digests), space, Path("m.py"), SETTINGS)
-    for key, said in (("weights_sha256", r"weights_sha256 \(the model's weights\): wwwwwwwwwwww… → 000000000000…"),
+    for key, said in (("weights_sha256", r"weights_sha256 \(the model's weights\): wwwwwwwwwwww… → 000000000000…. "
+                                         r"If build_model draws its weights at random, seed it"),
                       ("code_sha256", r"code_sha256 \(the captured graph's ops and constants\): cccc")):
         edited = replace(describe(), digests={**digests, key: "0" * 64})
         with pytest.raises(SktuneError, match=said + ".*--allow-changed"):
