@@ -30,6 +30,7 @@ def test_inspect_json_contract(test_models: Path) -> None:
     assert data["repeated_units"] is None and data["shapes"] is None
 
 
+@pytest.mark.slow  # ~17 s on a 2.8 GHz Xeon (two inspect runs capturing every shape); CI runs it (.ci/run)
 def test_inspect_captures_every_shape_and_refuses_shapes_that_run_other_ops(test_models: Path) -> None:
     result = sktune("inspect", str(test_models / "two_widths.py"))
     assert result.returncode == 0, result.stderr
@@ -42,6 +43,7 @@ def test_inspect_captures_every_shape_and_refuses_shapes_that_run_other_ops(test
     assert json.loads(verify.stdout)["verify_only_shapes"] == ["w32", "w37"]
 
 
+@pytest.mark.slow  # ~8 s on a 2.8 GHz Xeon (inspect captures the 24-layer decoder); CI runs it (.ci/run)
 def test_inspect_finds_the_repeated_layers_of_the_decoder_stack() -> None:
     stack = Path(__file__).resolve().parents[2] / "studies" / "decoder_stack.py"
     result = sktune("inspect", str(stack), "--json")

@@ -89,6 +89,7 @@ def _sort_by_ratio(page: Any) -> dict[str, Any]:
     return {"sorted": column}
 
 
+@pytest.mark.slow  # ~9 s on a 2.8 GHz Xeon (the real study's report, rendered); CI runs it (.ci/run)
 def test_real_study_report_renders_in_chromium(real_study: RealStudy, tmp_path: Path) -> None:  # noqa: F811
     html = tmp_path / "report.html"
     result = sktune("report", "--study", real_study.name, "--storage", real_study.storage, "-o", str(html),

@@ -92,6 +92,7 @@ def test_exhaustive_table_and_replay(runner: TrialRunner, tmp_path: Path) -> Non
     assert "sktune" in out.stdout and "random needs" in out.stdout
 
 
+@pytest.mark.slow  # ~18 s on a 2.8 GHz Xeon (the probe side by side, then one compile per span); CI runs it (.ci/run)
 @exactness
 @needs_eager_order_sum  # mean's answer with the exact options
 def test_side_by_side_probe_gives_the_one_by_one_answers_in_one_compile(test_models: Path) -> None:

@@ -116,6 +116,7 @@ def test_shapes_subset_is_tuned_and_exported_alone(test_models: Path, tmp_path: 
     assert verified == {"wide": [[[1, WIDTHS["wide"]], "torch.float32"]]}
 
 
+@pytest.mark.slow  # ~17 s on a 2.8 GHz Xeon (emulated npu, three shapes); CI runs it (.ci/run)
 def test_npu_backend_compiles_one_graph_per_shape(test_models: Path, tmp_path: Path) -> None:
     summary_path = tmp_path / "summary.json"
     result = cli("run", str(test_models / "two_widths.py"), "--backend", "npu", "--trials", "3",

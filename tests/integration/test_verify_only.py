@@ -71,6 +71,7 @@ def test_verify_only_shapes_are_captured_on_first_use_and_compared_without_timin
         fresh.verify(VerifyRequest(UNFUSED, "wide"))
 
 
+@pytest.mark.slow  # ~14 s on a 2.8 GHz Xeon (a worker start and verify-only captures); CI runs it (.ci/run)
 def test_verification_crosses_the_pipe(test_models: Path) -> None:
     config = runner_config(model_path=str(test_models / "verify_widths.py"), n_batches=2)
     with SupervisedWorker(config, None) as worker:

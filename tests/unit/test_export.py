@@ -327,6 +327,7 @@ def test_cli_stdout_and_file(tuned: TinyStudy, tmp_path: Path, fmt: str) -> None
         ast.parse(result.stdout)
 
 
+@pytest.mark.slow  # ~9 s on a 2.8 GHz Xeon (export --format patch, then the patched file run); CI runs it (.ci/run)
 def test_cli_patch(straight, tmp_path: Path) -> None:
     path, ops = straight
     make_study(tmp_path, path, ops, Plan.make([Scope(1, 3, "sk0")]))
