@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sktune.report.html import write_report
 from tests.report_fixtures import EVIL, NPU_FUSION, ROOT, RealStudy, hostile_study, real_study  # noqa: F401
 
