@@ -174,8 +174,11 @@ def _passed_by_caller(gm: fx.GraphModule, model: torch.nn.Module | None) -> list
     """For each placeholder: whether Dynamo's source for it is a local of the forward other
     than the module (``self``, however the forward names it); None where a source is missing."""
     module_names = {"self"}  # as torch.nn.Module.__call__ names it
-    if model is not None:
-        module_names.add(next(iter(inspect.signature(type(model).forward).parameters), "self"))
+    try:
+        if model is not None:
+            module_names.add(next(iter(inspect.signature(type(model).forward).parameters), "self"))
+    except (TypeError, ValueError):  # a forward without a signature to read
+        return None
     flags = []
     for node in gm.graph.nodes:
         if node.op != "placeholder":
