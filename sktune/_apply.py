@@ -14,7 +14,6 @@ never verified.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import weakref
 from collections import Counter
@@ -123,7 +122,7 @@ class AppliedPlan:
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledModel:
         # Dynamo's sources of the arguments are in the graph now, and gone by its first call.
-        return _CompileOnFirstCall(self, gm, _passed_by_caller(gm, self.model()))
+        return _CompileOnFirstCall(self, gm, _passed_by_caller(gm))
 
     def user_inputs(self, args: Sequence[Any], passed: list[bool] | None) -> list[Any]:
         """The arguments that the user's call passed, among Dynamo's (``passed``, from their
@@ -170,15 +169,11 @@ class _CompileOnFirstCall:
         return self.fn(*args)
 
 
-def _passed_by_caller(gm: fx.GraphModule, model: torch.nn.Module | None) -> list[bool] | None:
-    """For each placeholder: whether Dynamo's source for it is a local of the forward other
-    than the module (``self``, however the forward names it); None where a source is missing."""
-    module_names = {"self"}  # as torch.nn.Module.__call__ names it
-    try:
-        if model is not None:
-            module_names.add(next(iter(inspect.signature(type(model).forward).parameters), "self"))
-    except (TypeError, ValueError):  # a forward without a signature to read
-        return None
+def _passed_by_caller(gm: fx.GraphModule) -> list[bool] | None:
+    """For each placeholder: whether Dynamo's source for it is an argument of the call, reached
+    by indexing only (``L['x']``, ``L['args'][0]``, ``L['xs'][1]``), not through an attribute
+    or a module (``L['self']._parameters['w']``, ``L['fn']._modules['0']…``, ``L['self'].cache[0]``)
+    nor a global; None where a source is missing."""
     flags = []
     for node in gm.graph.nodes:
         if node.op != "placeholder":
@@ -186,10 +181,12 @@ def _passed_by_caller(gm: fx.GraphModule, model: torch.nn.Module | None) -> list
         source = getattr(node.meta.get("grapharg"), "source", None)
         if source is None:
             return None
-        while getattr(source, "base", None) is not None:  # L['xs'][0] → L['xs']
-            source = source.base
-        local = getattr(source, "local_name", None)  # None: a global, a closure
-        flags.append(local is not None and local not in module_names)
+        kinds = []
+        while source is not None:
+            kinds.append(type(source).__name__)
+            source = getattr(source, "base", None)
+        flags.append(kinds[-1] == "LocalSource" and not any(k == "AttrSource" or "Module" in k or "Param" in k
+                                                             for k in kinds))
     return flags
 
 

@@ -282,16 +282,18 @@ class _SquareWeight(torch.nn.Module):
         return torch.relu(x @ self.weight) + _SHIFT + self.cache[0]
 
 
+@pytest.mark.parametrize("root", ["module", "sequential"])  # Dynamo names a Sequential's own module L['fn']
 @pytest.mark.parametrize(("rows", "warned"), [(8, False), (4, True)])
 def test_apply_warns_at_an_unverified_shape_even_beside_a_parameter_of_the_verified_one(
-        rows: int, warned: bool, caplog: pytest.LogCaptureFixture) -> None:
+        rows: int, warned: bool, root: str, caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
     from sktune._apply import EXPORT_VERSION_KEY
 
     document = {EXPORT_VERSION_KEY: 1, "plan": Plan().to_json(),
                 "provenance": {"verified_shapes": {"rows8": [[[8, 8], "torch.float32"]]}}}
-    model = sktune.apply(_SquareWeight().eval(), document)
+    module = _SquareWeight() if root == "module" else torch.nn.Sequential(_SquareWeight(), _SquareWeight())
+    model = sktune.apply(module.eval(), document)
     with torch.no_grad(), caplog.at_level(logging.WARNING, logger="sktune"):
         model(torch.randn(rows, 8))
     assert ("plan was not verified on (verified: rows8 [[8, 8]])" in caplog.text) is warned
