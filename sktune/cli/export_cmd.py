@@ -26,6 +26,8 @@ def export_command(
                                                  "paste; patch: scope markers as a diff of the model file.")],
     storage: Annotated[str, typer.Option(help="Optuna storage URL the study lives in.")] = DEFAULT_STORAGE,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+    model: Annotated[Path | None, typer.Option(help="--format patch: the model file to patch, where it is not "
+                                                   "where the study recorded it (it must be the same file).")] = None,
     debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
 ) -> None:
     """Export the best bitwise-exact plan of a study (read-only: runs no model code)."""
@@ -40,13 +42,15 @@ def export_command(
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         if output is not None:
             check_output(output, "-o")
+        if model is not None and fmt is not ExportFormat.patch:
+            raise SktuneError("--model is for --format patch (json and python name no file)")
         loaded = load_existing_study(study, storage)
         if fmt is ExportFormat.json:
             text = json.dumps(export_json(loaded, storage), indent=2) + "\n"
         elif fmt is ExportFormat.python:
             text = export_python(loaded, storage)
         else:
-            text = export_patch(loaded)
+            text = export_patch(loaded, model)
             tuned_with = loaded.user_attrs.get(StudyAttr.BACKEND)
             honoured = marker_compiles(tuned_with)
             if honoured:

@@ -276,7 +276,7 @@ def export_patch(study: optuna.Study, model_file: str | Path | None = None, root
     path = Path(model_file or attrs.get(StudyAttr.MODEL) or "")
     if not path.is_file():
         raise ExportError(f"the model file {str(path) or '(none recorded)'} of study {study.study_name!r} is not here; "
-                          "pass the file, or use sktune.apply(model, PLAN, backend=...) instead")
+                          "pass it with --model PATH, or use sktune.apply(model, PLAN, backend=...) instead")
     raw = path.read_bytes()
     recorded = attrs.get(StudyAttr.MODEL_SHA256)
     if recorded and hashlib.sha256(raw).hexdigest() != recorded:

@@ -338,6 +338,20 @@ def test_cli_patch(straight, tmp_path: Path) -> None:
         in result.stdout
     written = sktune(*args, "-o", str(tmp_path / "sk.patch"), cwd=path.parent)
     assert written.returncode == 0 and (tmp_path / "sk.patch").read_text() == result.stdout
+    # The model file moved since the study: named with --model (the message said "pass the file", and no flag did).
+    moved = tmp_path / "moved" / path.name
+    moved.parent.mkdir()
+    path.rename(moved)
+    try:
+        lost = sktune(*args, cwd=moved.parent)
+        assert lost.returncode == 1 and "pass it with --model PATH" in lost.stderr
+        found = sktune(*args, "--model", str(moved), cwd=moved.parent)
+        assert found.returncode == 0 and '+        torch.npu.super_kernel_scope_begin("sk0")' in found.stdout
+    finally:  # the module's other tests use the file where it was
+        moved.rename(path)
+    wrong = sktune("export", "--study", "hand", "--storage", f"sqlite:///{tmp_path}/hand.db", "--format", "json",
+                   "--model", str(moved), cwd=moved.parent)
+    assert wrong.returncode == 1 and "--model is for --format patch" in wrong.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [
