@@ -34,7 +34,7 @@ from sktune.graph.opgraph import Op, OpGraph
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # bump when the saved layout or what it records changes (2: module_of skips globals)
+FORMAT = 3  # bump when the saved layout or what it records changes (2: module_of skips globals; 3: cuts at slices)
 
 
 @dataclass(frozen=True)

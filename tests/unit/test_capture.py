@@ -49,6 +49,26 @@ def test_boundaries_never_split_tuple_from_getitems(tiny_graph) -> None:
     assert chunk - 1 in graph.boundaries and chunk + 2 in graph.boundaries
 
 
+class _SlicedLater(torch.nn.Module):
+    """A tensor sliced four ops later (as repeat_kv slices v), beside a real tuple (chunk)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.relu(x)
+        d = torch.exp(torch.cos(torch.sin(x)))
+        p, q = d.chunk(2, dim=-1)
+        return torch.cat([p * q, q], dim=-1) + a[:, None, :].sum(1)
+
+
+def test_a_slice_of_a_tensor_blocks_no_cut_a_tuple_s_getitems_do() -> None:
+    with torch.no_grad():
+        graph = capture(_SlicedLater(), (torch.randn(4, 8),))
+    targets = [op.target for op in graph.ops]
+    relu, chunk = targets.index("relu"), targets.index("chunk")
+    assert {relu, relu + 1, relu + 2} <= set(graph.boundaries)  # after relu, sin, cos: a crosses the cuts
+    last_getitem = max(i for i, t in enumerate(targets) if t == "getitem" and i > chunk and i < chunk + 3)
+    assert not set(range(chunk, last_getitem)) & set(graph.boundaries)  # chunk stays with its getitems
+
+
 def test_legal_boundaries_pure() -> None:
     assert legal_boundaries(6, [(1, 3)]) == [0, 3, 4]
     assert legal_boundaries(1, []) == []
