@@ -67,5 +67,6 @@ def inspect_command(
         console.print(f"verify-only shapes: the same ops at each of {', '.join(verify_only)} (captured here; a run "
                       "verifies the best plans there bitwise, untimed)", highlight=False)
     if repeats:
-        console.print(f"repeated units: {len(repeats.units)} × {repeats.length} ops under {repeats.container!r} "
+        under = repr(repeats.container) if repeats.container else "the model itself (a root Sequential)"
+        console.print(f"repeated units: {len(repeats.units)} × {repeats.length} ops under {under} "
                       f"(ops {repeats.units[0][0]}..{repeats.units[-1][1]}): one cut pattern is tuned and stamped")

@@ -1,8 +1,8 @@
 """Repeated blocks in the op list: N identical layers that can share one cut pattern.
 
 A *unit* is the contiguous run of ops whose module path passes through one item of a
-module container (``layers.0``, ``layers.1``...: the first path segment that is an
-integer). Units of one container whose op sequences match (same op types, same module
+module container (``layers.0``, ``layers.1``...: the first numbered path segment below the
+root; a root ``nn.Sequential``'s own items ``0``, ``1``... where no item lies deeper). Units of one container whose op sequences match (same op types, same module
 paths below the item) are *repeats*: a fusion pattern tuned on one fits all of them.
 Pure: works on op types and module paths, no torch.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 class Repeats:
     """Identical units ``(first_op, last_op)``, inclusive, in graph order."""
 
-    container: str  # module path of the container, e.g. "layers"
+    container: str  # module path of the container, e.g. "layers"; "" for the model itself (a root Sequential)
     units: tuple[tuple[int, int], ...]
 
     @property
@@ -30,12 +30,14 @@ class Repeats:
 
 
 def unit_key(module: str) -> tuple[str, str] | None:
-    """``("layers", "layers.3")`` for ``layers.3.attn.q_proj``; None outside any numbered item."""
+    """``("layers", "layers.3")`` for ``layers.3.attn.q_proj``; ``("", "2")`` for ``2.gate``
+    of a root ``nn.Sequential`` (only where no item lies deeper: ``0.layers.3`` is in
+    ``0.layers``); None outside any numbered item."""
     parts = module.split(".")
     for k, part in enumerate(parts):
         if part.isdigit() and k > 0:
             return ".".join(parts[:k]), ".".join(parts[:k + 1])
-    return None
+    return ("", parts[0]) if parts[0].isdigit() else None
 
 
 def find_repeats(targets: Sequence[str], modules: Sequence[str], min_units: int = 2) -> Repeats | None:

@@ -25,7 +25,7 @@ from typing import Any
 import optuna
 
 from sktune.errors import PlanError, SktuneError
-from sktune.graph.structure import find_repeats
+from sktune.graph.structure import find_repeats, unit_key
 from sktune.space.search_space import FUSE_ALL, NO_SCOPES, UNFUSED, SearchSpace
 from sktune.tuning.records import FUSE_EVERYTHING, StudyAttr, TrialAttr, top_records
 from sktune.tuning.space_setup import starting_points
@@ -80,8 +80,8 @@ def _repeated_unit(targets: Sequence[str],
     if repeats is None:
         return None
     first, last = repeats.units[0]
-    prefix = modules[first].split(repeats.container + ".", 1)[-1].split(".", 1)[0]  # the layer item, e.g. "0"
-    inside = [m.split(f"{repeats.container}.{prefix}", 1)[-1] for m in modules[first:last + 1]]
+    item = unit_key(modules[first])[1]  # type: ignore[index]  # the layer's path, e.g. "layers.0"
+    inside = [m[len(item):] for m in modules[first:last + 1]]  # ".attn.q_proj"
     return tuple(zip(targets[first:last + 1], inside)), len(repeats.units)
 
 

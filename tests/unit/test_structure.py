@@ -33,6 +33,9 @@ def test_unit_key_takes_the_first_numbered_item() -> None:
     assert unit_key("layers.3.attn.q_proj") == ("layers", "layers.3")
     assert unit_key("model.blocks.10") == ("model.blocks", "model.blocks.10")
     assert unit_key("norm") is None and unit_key("") is None
+    # A root nn.Sequential's items, unless an item lies deeper (a Sequential wrapping a decoder).
+    assert unit_key("2.gate") == ("", "2") and unit_key("1") == ("", "1")
+    assert unit_key("0.layers.3.attn") == ("0.layers", "0.layers.3")
 
 
 def test_find_repeats_covers_identical_layers_only() -> None:

@@ -26,11 +26,11 @@ from sktune.pipe.workload import Workload
 LAYER = [("layer_norm", "norm"), ("linear", "up"), ("relu", ""), ("linear", "down"), ("add", "")]
 
 
-def ops(layers: int, layer: list[tuple[str, str]] = LAYER) -> list[dict[str, Any]]:
+def ops(layers: int, layer: list[tuple[str, str]] = LAYER, container: str = "layers.") -> list[dict[str, Any]]:
     out = []
     for i in range(layers):
         for target, sub in layer:
-            out.append({"target": target, "module": f"layers.{i}" + (f".{sub}" if sub else "")})
+            out.append({"target": target, "module": f"{container}{i}" + (f".{sub}" if sub else "")})
     return out
 
 
@@ -61,9 +61,11 @@ def test_the_same_model_and_space_keep_the_op_indices() -> None:
     assert mapping_for(earlier(graph), describe(graph), space_of(graph)).startswith("changed model, same ops")
 
 
-def test_more_layers_of_the_same_layer_re_stamp_its_pattern() -> None:
-    assert unit_signature(ops(2)) == unit_signature(ops(3)) == tuple((t, f".{s}" if s else "") for t, s in LAYER)
-    mapping = mapping_for(earlier(ops(2)), describe(ops(3)), space_of(ops(3)))
+@pytest.mark.parametrize("container", ["layers.", ""])  # "": the model is an nn.Sequential of its layers
+def test_more_layers_of_the_same_layer_re_stamp_its_pattern(container: str) -> None:
+    two, three = ops(2, container=container), ops(3, container=container)
+    assert unit_signature(two) == unit_signature(three) == tuple((t, f".{s}" if s else "") for t, s in LAYER)
+    mapping = mapping_for(earlier(two), describe(three), space_of(three))
     assert "re-stamped over 3 layers" in mapping
 
 
