@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -53,12 +54,13 @@ def inspect_command(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("#", "op", "type", "module", "source", "cut after", title=f"{model}: {len(graph.ops)} ops")
+    table = Table("#", "node", "type", "module", "source", "cut after", title=f"{model}: {len(graph.ops)} ops")
     legal = set(graph.boundaries)
     for op in graph.ops:
         table.add_row(str(op.index), op.name, op.target, op.module, Path(op.source).name if op.source else "",
                       "yes" if op.index in legal else "")
-    console = Console()
+    # Piped or written to a file: wide enough that module paths and source lines stay whole.
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     console.print(table)
     if len(shapes) > 1:
         console.print(f"shapes: the same {len(graph.ops)} ops at each of {', '.join(map(str, shapes))} "

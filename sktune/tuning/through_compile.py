@@ -86,5 +86,6 @@ def through_compile_line(entry: dict[str, Any] | None) -> str | None:
     exact = ("" if entry["bitwise"] else
              f"; its outputs are NOT bitwise those of the unfused model ({entry['mismatches']} elements differ)")
     cost, (cost_lo, cost_hi) = entry["call_cost_s"] * 1e6, (v * 1e6 for v in entry["call_cost_ci"])
-    return (f"{head}{at}: {entry['speedup']:.2f}× [{lo:.2f}, {hi:.2f}] over the eager model; the call adds "
+    unsure = " (not significant: the interval includes 1)" if lo <= 1.0 <= hi else ""
+    return (f"{head}{at}: {entry['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]{unsure} over the eager model; the call adds "
             f"{cost:.1f} µs [{cost_lo:.1f}, {cost_hi:.1f}] to the plan called directly, as the table times it{exact}")

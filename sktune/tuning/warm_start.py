@@ -107,9 +107,13 @@ def mapping_for(old: optuna.Study, workload: Workload, space: SearchSpace) -> st
             "layers whose pattern could be re-stamped; its plans' op indices would mean other ops here")
     if old_unit != unit:
         at = next((k for k, (a, b) in enumerate(zip(old_unit, unit)) if a != b), min(len(old_unit), len(unit)))
+
+        def named(layer: tuple[tuple[str, str], ...]) -> str:
+            return f"{layer[at][0]} ({layer[at][1].lstrip('.') or 'the layer itself'})" if at < len(layer) else "none"
         raise SktuneError(
             f"--warm-start: the repeated layer changed since study {name!r} ({len(old_unit)} ops per layer "
-            f"then, {len(unit)} now; first difference at op {at} of the layer), so its pattern does not fit")
+            f"then, {len(unit)} now; first difference at op {at} of the layer: {named(old_unit)} then, "
+            f"{named(unit)} now), so its pattern does not fit")
     return f"changed model, same repeated layer ({len(unit)} ops): its pattern re-stamped over {n_units} layers"
 
 

@@ -30,6 +30,24 @@ def test_inspect_json_contract(test_models: Path) -> None:
     assert data["repeated_units"] is None and data["shapes"] is None
 
 
+def test_inspect_piped_keeps_module_paths_and_source_lines_whole(tmp_path: Path) -> None:
+    """Piped, the table was 80 columns wide: module paths and the source column were cut."""
+    model = tmp_path / "a_model_file_with_a_long_name.py"
+    model.write_text(
+        "import torch\n\n\nclass Inner(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.projection_with_a_long_name = torch.nn.Linear(8, 8)\n\n"
+        "    def forward(self, x):\n        return torch.relu(self.projection_with_a_long_name(x))\n\n\n"
+        "class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.an_encoder_block_with_a_long_name = Inner()\n\n"
+        "    def forward(self, x):\n        return self.an_encoder_block_with_a_long_name(x) * 2\n\n\n"
+        "def build_model():\n    return M()\n\n\n"
+        "def example_inputs(seed=0):\n    return (torch.randn(4, 8, generator=torch.Generator().manual_seed(seed)),)\n")
+    result = sktune("inspect", str(model))
+    assert result.returncode == 0, result.stderr
+    assert "an_encoder_block_with_a_long_name.projection_with_a_long_name" in result.stdout
+    assert "a_model_file_with_a_long_name.py:10" in result.stdout
+
+
 @pytest.mark.slow  # ~17 s on a 2.8 GHz Xeon (two inspect runs capturing every shape); CI runs it (.ci/run)
 def test_inspect_captures_every_shape_and_refuses_shapes_that_run_other_ops(test_models: Path) -> None:
     result = sktune("inspect", str(test_models / "two_widths.py"))

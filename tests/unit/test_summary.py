@@ -300,7 +300,9 @@ def test_a_through_compile_figure_is_shown_only_for_the_best_it_timed() -> None:
     line = through_compile_line(entry)
     assert "at shape bs8: 1.25× [1.22, 1.28] over the eager model" in line
     assert "the call adds 25.0 µs [22.0, 27.5] to the plan called directly" in line
-    assert "NOT bitwise those of the unfused model (2 elements differ)" in line
+    assert "NOT bitwise those of the unfused model (2 elements differ)" in line and "not significant" not in line
+    unsure = {**entry, "speedup": 1.1, "speedup_ci": [0.96, 1.17]}  # seen on a walk, unmarked
+    assert "1.10× [0.96, 1.17] (not significant: the interval includes 1) over the eager" in through_compile_line(unsure)
     study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": 3, "failed": "hang: no answer within 300 s"})
     assert through_compile_line(through_compile_summary(study, 3)).endswith(
         "FAILED, so the exported call is untested (hang: no answer within 300 s)")

@@ -72,7 +72,8 @@ def test_more_layers_of_the_same_layer_re_stamp_its_pattern(container: str) -> N
 @pytest.mark.parametrize(("old", "new", "backend", "message"), [
     (ops(2), ops(3), "npu", "tuned backend npu, not inductor"),
     (ops(2), ops(3, LAYER[:2] + [("gelu", "")] + LAYER[3:]), "inductor",
-     "the repeated layer changed since study 'earlier' (5 ops per layer then, 5 now; first difference at op 2"),
+     "the repeated layer changed since study 'earlier' (5 ops per layer then, 5 now; first difference at op 2 "
+     "of the layer: relu (the layer itself) then, gelu (the layer itself) now)"),
     (ops(2), [{"target": "relu", "module": ""}] * 4, "inductor", "tuned another graph (10 ops, this one has 4)"),
 ])
 def test_plans_that_cannot_map_are_refused_with_the_reason(old: list, new: list, backend: str, message: str) -> None:
