@@ -2,8 +2,9 @@
 
 A *unit* is the contiguous run of ops whose module path passes through one item of a
 module container (``layers.0``, ``layers.1``...: the first numbered path segment below the
-root; a root ``nn.Sequential``'s own items ``0``, ``1``... where no item lies deeper). Units of one container whose op sequences match (same op types, same module
-paths below the item) are *repeats*: a fusion pattern tuned on one fits all of them.
+root; a root ``nn.Sequential``'s own items ``0``, ``1``... where no item lies deeper).
+Units of one container whose op sequences match (same op types, same module paths below
+the item) are *repeats*: a fusion pattern tuned on one fits all of them.
 Pure: works on op types and module paths, no torch.
 """
 
