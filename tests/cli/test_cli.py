@@ -137,6 +137,7 @@ def test_bad_or_unreachable_storage_url(test_models: Path, tmp_path: Path, url: 
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # 6-9 s on a 2.8 GHz Xeon (four CLI runs); CI runs it (.ci/run)
 def test_outputs_that_cannot_be_written_are_refused_before_any_work(test_models: Path, tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     for args, message in ((["run", str(test_models / "tiny_norm.py"), "--summary-json", "out"], "out is a directory"),

@@ -35,6 +35,7 @@ def _unflushed_gather(plan: Plan, targets: list[str]) -> bool:
     return any("index_select" in targets[first:last + 1] for first, last in regions(len(targets), plan.scopes))
 
 
+@pytest.mark.slow  # 9-11 s on a 2.8 GHz Xeon (every searched plan of the Ascend studies, emulated); CI runs it (.ci/run)
 def test_searched_plans_compile_and_verify(npu_emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # the backend's profiles and CANN work paths land here
     runner = TrialRunner(RunnerConfig(str(MOE), backend="npu", input_sets=1))

@@ -46,6 +46,7 @@ def moe_study(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "study": optuna.load_study(study_name="moe", storage=storage)}
 
 
+@pytest.mark.slow  # the emulated npu study behind it: 30-40 s on a 2.8 GHz Xeon; CI runs it (.ci/run)
 def test_run_completes_labelled_emulated_and_verified(moe_study: dict) -> None:
     data, result = moe_study["summary"], moe_study["result"]
     assert data["backend"] == "npu" and data["device"] == "npu-emulator" and data["emulated"] is True
@@ -84,6 +85,7 @@ def _expected_superkernels(plan: dict, n_ops: int, targets: list[str], kernelles
     return count
 
 
+@pytest.mark.slow  # the emulated npu study behind it: 30-40 s on a 2.8 GHz Xeon; CI runs it (.ci/run)
 def test_planned_groups_are_the_superkernels_in_the_profile(moe_study: dict) -> None:
     from sktune.graph.aliasing import kernelless_ops
     from sktune.graph.capture import capture
@@ -114,6 +116,7 @@ def test_planned_groups_are_the_superkernels_in_the_profile(moe_study: dict) -> 
     assert study.trials[best].constraints == {"bitwise": 0.0}
 
 
+@pytest.mark.slow  # the emulated npu study behind it: 30-40 s on a 2.8 GHz Xeon; CI runs it (.ci/run)
 def test_corrupting_options_are_infeasible_and_bisected(moe_study: dict) -> None:
     """The runtime's default dcci (no flush) lets the expert gather read stale indices."""
     study = moe_study["study"]

@@ -60,6 +60,7 @@ def test_the_inductor_backend_records_the_cpu_and_the_vector_isa_it_compiles_for
     assert env["vec_isa"] == (f"{isa} {isa.nelements(torch.float32)}" if isa else "none")
 
 
+@pytest.mark.slow  # 5-13 s on a 2.8 GHz Xeon (a fresh interpreter checks the vector ISAs); CI runs it (.ci/run)
 def test_under_the_scalar_capability_the_facts_say_scalar_code() -> None:
     # ATen's capability is fixed when torch loads: a fresh interpreter.
     code = "import json; from sktune.host_cpu import vector_facts; print(json.dumps(vector_facts()))"
