@@ -216,9 +216,10 @@ def _same_outputs(expected: Any, got: Any, args: Sequence[torch.Tensor]) -> bool
     seen: set[tuple[Any, ...]] = set()
     computed = []
     for t in flat_expected:
-        if tensor_identity(t) not in passed and tensor_identity(t) not in seen:
+        key = tensor_identity(t)
+        if key not in passed and key not in seen:
             computed.append(t)
-        seen.add(tensor_identity(t))
+        seen.add(key)
     for candidate in (flat_expected, computed):
         if len(candidate) == len(flat_got) and not compare_outputs(candidate, flat_got):
             return True

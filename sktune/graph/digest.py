@@ -18,6 +18,7 @@ the same. So a study also records:
 from __future__ import annotations
 
 import hashlib
+
 import torch
 from torch import fx
 from torch.fx.node import _get_qualified_name

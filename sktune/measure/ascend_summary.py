@@ -122,8 +122,9 @@ def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None =
     intervals), gap (span − busy), step_trace_time.csv's ``Free`` where present (``StepStats``)
     and kernel count; plus time by core, top kernels and SuperKernels. Markers and
     duplicate rows (exact, or one task under two names) are excluded everywhere and counted.
-    Without a Step Id column the whole profile is step 0; rows with a blank Step Id count in no step. A row cut short
-    (fewer fields than its header: the file's copy stopped midway) is left out and counted.
+    Without a Step Id column the whole profile is step 0; rows with a blank Step Id count in
+    no step. A row cut short (fewer fields than its header: the file's copy stopped midway)
+    is left out and counted.
     ``kernels``: ``files.kernel_details`` as ``read_kernel_details`` read it, where the caller has it."""
     df = read_kernel_details(files.kernel_details) if kernels is None else kernels
     step_ids = bool(df.attrs.get("step_ids"))

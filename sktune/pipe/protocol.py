@@ -149,6 +149,11 @@ class TimingUpdate:
 CONFIRM_ROUNDS = 6  # rounds of a re-timing (finalists, through sktune.apply) unless the effort says more
 
 
+def rounds_timeout(timeout: float, rounds: int) -> float:
+    """A re-timing's time limit: ``timeout`` covers ``CONFIRM_ROUNDS`` rounds, and grows with more."""
+    return timeout * max(1.0, rounds / CONFIRM_ROUNDS)
+
+
 @dataclass(frozen=True)
 class ConfirmRequest:
     """Re-time ``plans`` in one interleaved round at ``shape`` (None: the heaviest): ``rounds``

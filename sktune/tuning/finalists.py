@@ -12,7 +12,7 @@ import optuna
 from sktune.graph.grouping import group_ops
 from sktune.plan import Plan
 from sktune.measure.stats import PairedTiming
-from sktune.pipe.protocol import CONFIRM_ROUNDS, ConfirmRequest, ProfileRequest, WorkerFailure
+from sktune.pipe.protocol import CONFIRM_ROUNDS, ConfirmRequest, ProfileRequest, WorkerFailure, rounds_timeout
 from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
                                    speedup_of, top_records)
 from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
@@ -54,7 +54,7 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     rounds: dict[str | None, tuple[PairedTiming, ...]] = {}
     for name in rounds_at:
         request = ConfirmRequest(tuple(Plan.from_json(p) for p in plans), name, n_rounds)
-        result = worker.confirm(request, timeout * len(plans) * max(1.0, n_rounds / CONFIRM_ROUNDS))
+        result = worker.confirm(request, rounds_timeout(timeout * len(plans), n_rounds))
         if isinstance(result, WorkerFailure):
             log.warning("re-measuring the finalists failed: %s", result.reason)
             study.set_user_attr(StudyAttr.FINALISTS_FAILED, result.reason)  # the summary says why it is provisional

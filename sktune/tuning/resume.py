@@ -229,13 +229,13 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
                 f"not {value}; resume with the same value or use a new --study name"
             )
     # A study from before sktune recorded the CPU or the digests says nothing about them: not a change.
-    compared = [k for k in new if k in old or k not in LATER_KEYS]
-    changed = [_changed(k, old.get(k), new[k]) for k in compared if old.get(k) != new[k]]
+    changed_keys = [k for k in new if (k in old or k not in LATER_KEYS) and old.get(k) != new[k]]
+    changed = [_changed(k, old.get(k), new[k]) for k in changed_keys]
     if changed and not allow_changed:
         raise SktuneError(
             f"study {name!r} was created for another model or machine; changed: " + "; ".join(changed)
             + (". If build_model draws its weights at random, seed it (torch.manual_seed) or load them"
-               if old.get("weights_sha256", new.get("weights_sha256")) != new.get("weights_sha256") else "")
+               if "weights_sha256" in changed_keys else "")
             + ". Use a new --study name, or --allow-changed to resume anyway"
         )
     if changed:

@@ -16,7 +16,7 @@ import optuna
 
 from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
-from sktune.pipe.protocol import CONFIRM_ROUNDS, ThroughCompileRequest, WorkerFailure
+from sktune.pipe.protocol import CONFIRM_ROUNDS, ThroughCompileRequest, WorkerFailure, rounds_timeout
 from sktune.plan import Plan
 from sktune.tuning.records import StudyAttr, best_record
 
@@ -40,8 +40,7 @@ def time_through_compile(study: optuna.Study, worker: SupervisedWorker, timeout:
     if not timed_by_clock or best is None or plan is None or not group_ops(n_ops, plan.scopes):
         study.set_user_attr(StudyAttr.THROUGH_COMPILE, None)
         return
-    result = worker.through_compile(ThroughCompileRequest(plan, n_rounds),
-                                    timeout * max(1.0, n_rounds / CONFIRM_ROUNDS))
+    result = worker.through_compile(ThroughCompileRequest(plan, n_rounds), rounds_timeout(timeout, n_rounds))
     if isinstance(result, WorkerFailure):
         log.warning("timing the best plan through sktune.apply failed: %s", result.reason)
         study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": best.number, "failed": result.reason})
