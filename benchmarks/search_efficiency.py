@@ -36,6 +36,7 @@ def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
     """Exhaustively measure a small version of sktune's space for MODEL."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve() / "inductor"))
     from sktune.benchlib.exhaustive import distinct_plans, measure_all, remeasure_top, save, small_space
+    from sktune.plan import Plan
     from sktune.worker.runner import RunnerConfig, TrialRunner
 
     started = time.perf_counter()
@@ -55,7 +56,8 @@ def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
     if remeasure:  # the fastest of many noisy ratios is biased low: its median of three instead
         for key in remeasure_top(runner, measurements, n_batches, top=remeasure):
             ratios = measurements[key]["ratios"]
-            print(f"  re-measured {' '.join(f'{r:.4f}' for r in ratios)} -> {measurements[key]['ratio']:.4f}")
+            spans = ",".join(f"{s.first_op}:{s.last_op}" for s in Plan.loads(key).scopes if s.name) or "unfused"
+            print(f"  re-measured {spans}: {' '.join(f'{r:.4f}' for r in ratios)} -> {measurements[key]['ratio']:.4f}")
     out.parent.mkdir(parents=True, exist_ok=True)
     save(out, str(model), workload, max_cuts, measurements, option, n_batches)
     exact = [m for m in measurements.values() if m["bitwise"]]
@@ -65,11 +67,11 @@ def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
 
 
 @app.command()
-def replay(table: Path, seeds: int = 20, max_trials: int = 256, tolerance: float = 0.02,
+def replay(table: Annotated[Path, typer.Argument(exists=True, dir_okay=False)], seeds: int = 20, max_trials: int = 256, tolerance: float = 0.02,
            patience: Annotated[int | None, typer.Option(help="Stop a run after this many trials without a significant gain, as sktune run does (default: never, so every strategy gets MAX_TRIALS).")] = None,
            json_out: Path | None = None) -> None:
-    """Compare sktune's strategy, TPE without seeds and random search on a measured table,
-    each through sktune's own objective and loop (a table lookup instead of a compile)."""
+    """Compare sktune's strategy, TPE without seeds and random search on a measured table, each
+    through sktune's own objective and loop (a table lookup instead of a compile)."""
     from sktune.benchlib.replay import CHECKPOINTS, STRATEGIES, exhaustive_best, replay as run_one, summarize
 
     import optuna
@@ -83,14 +85,15 @@ def replay(table: Path, seeds: int = 20, max_trials: int = 256, tolerance: float
           f"({1 / best:.2f}×); target: within {tolerance:.0%}; {seeds} seeds; at most {max_trials} trials")
     # To the target, medians over seeds: trials (not skipped), compiles and measurements (a
     # trial that reused an earlier one's plan costs neither: sktune/tuning/reuse.py).
+    shown = [k for k in CHECKPOINTS if k <= max_trials]  # a later checkpoint would repeat the last trial's best
     header = f"{'strategy':<14} {'trials':>7} {'compiles':>9} {'measurements':>13} {'never':>6}" + "".join(
-        f" {'best@' + str(k):>9}" for k in CHECKPOINTS)
+        f" {'best@' + str(k):>9}" for k in shown)
     print("to within the target (median over seeds):")
     print(header)
     for strategy, row in result.items():
         print(f"{strategy:<14} {row['trials_to_target_median']:>7} {row['compiles_to_target_median']:>9} "
               f"{row['measurements_to_target_median']:>13} {row['never_reached']:>6}" + "".join(
-                  f" {1 / row[f'best_after_{k}_median']:>8.2f}×" for k in CHECKPOINTS))
+                  f" {1 / row[f'best_after_{k}_median']:>8.2f}×" for k in shown))
     print(_starting_points_vs_best(data, best, tolerance))
     fewer = result["random"]["trials_to_target_median"] / result["sktune"]["trials_to_target_median"]
     capped = result["random"]["trials_to_target_median"] > max_trials  # most seeds never got there
@@ -128,8 +131,7 @@ def scale(model: Path, layers: Annotated[list[int], typer.Option()] = [8, 16]) -
             captured = time.perf_counter()
             ops = graph.ops
             space = build_space([o.target for o in ops], [o.module for o in ops], graph.boundaries,
-                                backend.unsafe_op_types(), backend.fallback_candidates(graph),
-                                [], span_us=None)
+                                backend.capabilities(graph), span_us=None)
             built = time.perf_counter()
             units = f"{len(space.repeats.units)} units × {space.repeats.length} ops" if space.repeats else "flat"
             print(f"{n} layers, {len(ops)} ops: capture {captured - start:.2f} s + space {built - captured:.3f} s "
@@ -155,6 +157,7 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
                             compile_helper=compile_helper,
                             storage=f"sqlite:///{(workdir / 'live.db').resolve()}",
                             study_name=f"live-{model.stem}-{int(time.time())}", cache_root=(workdir / "cache").resolve())
+    cold = not settings.cache_root.exists()  # a reused --workdir keeps its compile cache
     started = time.perf_counter()
     study = tune(settings)
     wall = time.perf_counter() - started
@@ -165,14 +168,11 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
           f"{data['n_infeasible']} not bitwise, {data['n_pruned']} pruned/skipped) in {wall:.0f} s")
     print("worker start-up: " + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()))
     print("then: " + ", ".join(f"{k} {v:.1f} s" for k, v in (study.user_attrs.get(StudyAttr.PHASES_S) or {}).items()))
-    print(f"per-trial overhead beyond measurement, cold cache: median {statistics.median(overheads):.2f} s "
+    cache = "cold cache" if cold else "compile cache from an earlier run"
+    print(f"per-trial overhead beyond measurement, {cache}: median {statistics.median(overheads):.2f} s "
           f"(min {min(overheads):.2f}, max {max(overheads):.2f})")
     print("  where a trial's time went (median s): " + _breakdown(study))
-    interval = ("fuses nothing: keep the model unfused" if data["best_fuses_nothing"]
-                else f"[{data['speedup_ci'][0]:.2f}, {data['speedup_ci'][1]:.2f}]")
-    print(f"best exact after {trials} trials: trial #{data['best_trial']}, {data['speedup']:.2f}× "
-          f"{interval} vs unfused; fuse-all (inexact: "
-          f"{not data['fuse_all']['bitwise']}) {1 / data['fuse_all']['ratio']:.2f}×; gain kept {data['gain_kept']:.0%}")
+    print(f"best exact after {data['n_trials']} trials: {_best_line(data)}")
     # Warm cache: the same plans again in a fresh worker process using the study's Inductor cache.
     cache_dir = settings.compile_cache
     plans = [t.user_attrs[TrialAttr.PLAN] for t in study.trials if TrialAttr.OVERHEAD_S in t.user_attrs]
@@ -206,6 +206,24 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
     (workdir / "live.json").write_text(json.dumps({"summary": data, "overheads_cold": overheads,
                                                   "overheads_warm": warm, "startup_s": startup, "wall_s": wall}))
     print(f"study {settings.study} in {settings.storage}; summary in {workdir / 'live.json'}")
+
+
+def _best_line(data: dict) -> str:
+    """The study's named best against unfused, and fuse-all's speedup and gain kept where the
+    summary has them (fuse-all is the last starting point: a short study may not reach it,
+    and a model that fusing everything slows down keeps no gain)."""
+    if data["best_trial"] is None:
+        return "no exact plan"
+    line = f"trial #{data['best_trial']}, {data['speedup']:.2f}× " + (
+        "(fuses nothing: keep the model unfused)" if data["best_fuses_nothing"]
+        else f"[{data['speedup_ci'][0]:.2f}, {data['speedup_ci'][1]:.2f}]") + " vs unfused"
+    fuse_all = data.get("fuse_all")
+    if fuse_all is None:
+        return line + "; fuse-all did not run"
+    line += f"; fuse-all {1 / fuse_all['ratio']:.2f}× ({'bitwise' if fuse_all['bitwise'] else 'not bitwise'})"
+    if data.get("gain_kept") is not None:
+        line += f"; gain kept {data['gain_kept']:.0%}"
+    return line
 
 
 def _starting_points_vs_best(data: dict, best: float, tolerance: float) -> str:
@@ -263,4 +281,6 @@ def _breakdown(study: "optuna.Study") -> str:  # noqa: F821
 
 
 if __name__ == "__main__":
-    app()
+    from sktune.benchlib.script import run
+
+    run(app)

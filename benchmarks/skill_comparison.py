@@ -36,6 +36,8 @@ from typing import Annotated, Any
 
 import typer
 
+from sktune.benchlib.script import existing_file, run
+
 ROOT = Path(__file__).resolve().parents[1]
 EMULATOR = ROOT / "tests" / "npu_emulator"
 STEPS_PER_RUN = 10
@@ -159,13 +161,14 @@ def _better(new: list[float], old: list[float]) -> bool:
 def main(model: Path, workdir: Annotated[Path, typer.Option()] = Path("bench/skill"),
          effort: str = "quick") -> None:
     """Run both on MODEL under the emulator and print the counts."""
+    model = existing_file(str(model)).resolve()  # before the chdir: relative to where it was run
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
     sys.path.insert(0, str(EMULATOR))
     import torch_npu  # noqa: F401  (the emulated Ascend)
 
     started = time.perf_counter()
-    skill = SkillProcedure(model.resolve() if model.is_absolute() else ROOT / model)
+    skill = SkillProcedure(model)
     result = skill.tune()
     skill_wall = time.perf_counter() - started
     final = result["final_params"]
@@ -183,8 +186,9 @@ def main(model: Path, workdir: Annotated[Path, typer.Option()] = Path("bench/ski
 
     summary = Path("sktune-summary.json")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EMULATOR), str(ROOT)])}
-    done = subprocess.run([sys.executable, "-m", "sktune", "run", str(ROOT / model if not model.is_absolute() else model),
-                           "--backend", "npu", "--effort", effort, "--study", "skill-cmp", "--storage",
+    study_name = f"skill-cmp-{int(time.time())}"  # a fresh study: a rerun in WORKDIR must not resume the last
+    done = subprocess.run([sys.executable, "-m", "sktune", "run", str(model),
+                           "--backend", "npu", "--effort", effort, "--study", study_name, "--storage",
                            "sqlite:///skill-cmp.db", "--summary-json", str(summary)],
                           capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -194,7 +198,7 @@ def main(model: Path, workdir: Annotated[Path, typer.Option()] = Path("bench/ski
 
     from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, timing_of
 
-    study = optuna.load_study(study_name="skill-cmp", storage="sqlite:///skill-cmp.db")
+    study = optuna.load_study(study_name=study_name, storage="sqlite:///skill-cmp.db")
     timed = [(t, timing_of(t)) for t in study.trials]
     measured = [t for t, timing in timed if timing is not None]
     steps = sum(2 * timing.n_batches for _, timing in timed if timing is not None)
@@ -233,4 +237,4 @@ def _states(study: Any) -> dict[str, int]:
 
 
 if __name__ == "__main__":
-    app()
+    run(app)

@@ -154,6 +154,9 @@ class Capabilities:
         benchmark narrows the space until every plan can be measured."""
         if option_names is None:
             return self
+        if unknown := sorted(option_names - {o.name for o in self.options}):
+            raise PlanError(f"unknown option(s) {', '.join(unknown)}; this backend's options: "
+                            f"{', '.join(o.name for o in self.options)}")
         options = tuple(o for o in self.options if o.name in option_names)
         kept = {o.name for o in options}
         return replace(self, options=options, fuse_all_variants=tuple(v for v in self.fuse_all_variants if v in kept))

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sktune.errors import PlanError
 from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.pipe.protocol import TrialRequest
@@ -54,7 +55,8 @@ def small_space(workload: Workload, max_configs: int = 256,
             combinations *= len(choices)
         if combinations <= 1 << 16 and len(distinct_plans(space)) <= max_configs:
             return space, max_cuts
-    raise ValueError(f"even without cuts the space has more than {max_configs} plans: pass fewer options")
+    advice = "pass fewer options" if options else "raise the limit (--max-configs)"
+    raise PlanError(f"even without cuts the space has more than {max_configs} plans: {advice}")
 
 
 def measure_all(runner: Any, space: SearchSpace, n_batches: int,
