@@ -49,7 +49,7 @@ def run(cache: Path, capability: str | None) -> dict:
     if out.returncode != 0:  # e.g. a cached kernel that no longer compiles or loads here
         lines = out.stderr.splitlines()
         first = next((x for x in lines if " error: " in x), next((x for x in lines if "Error" in x), "?"))
-        return {"capability": capability or "native", "mismatches": f"failed (rc {out.returncode}): {first.strip()[:160]}"}
+        return {"capability": capability.upper() if capability else "native", "mismatches": f"failed (rc {out.returncode}): {first.strip()[:160]}"}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -58,7 +58,8 @@ def main() -> None:
 
     native = torch.backends.cpu.get_cpu_capability()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--other", default="avx2" if native == "AVX512" else "default")
+    parser.add_argument("--other", default="avx2" if native == "AVX512" else "default",
+                        choices=["avx2", "default"], help="the capability to compile under besides this CPU's")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         shared, own = Path(tmp) / "shared", Path(tmp) / "own"

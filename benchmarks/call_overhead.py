@@ -23,8 +23,10 @@ from pathlib import Path
 import torch
 
 import sktune
-from sktune.load import build, draw_inputs, load_model_file
 from sktune.benchlib.interleave import interleaved_seconds
+from sktune.benchlib.script import existing_file, run
+from sktune.errors import SktuneError
+from sktune.load import build, draw_inputs, load_model_file
 from sktune.measure.heap import steady_heap
 
 
@@ -33,13 +35,25 @@ def per_call_us(ways: dict[str, Callable[[], object]], batches: int, calls: int)
     return {name: statistics.median(s) * 1e6 for name, s in interleaved_seconds(ways, batches, calls).items()}
 
 
+def _read_plan(path: Path) -> dict:
+    """``sktune export --format json``'s file, read as JSON (sktune.apply checks the rest)."""
+    try:
+        plan = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SktuneError(f"--plan {path}: not an export's JSON ({exc})") from None
+    if not isinstance(plan, dict):
+        raise SktuneError(f"--plan {path}: not an export's JSON (a {type(plan).__name__}, not an object)")
+    return plan
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", type=Path)
-    parser.add_argument("--plan", type=Path, help="sktune export --format json output, for sktune.apply")
+    parser.add_argument("model", type=existing_file)
+    parser.add_argument("--plan", type=existing_file, help="sktune export --format json output, for sktune.apply")
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--calls", type=int, default=100)
     args = parser.parse_args()
+    plan = None if args.plan is None else _read_plan(args.plan)  # before minutes of capture and warm-up
     print(f"heap: {steady_heap()}")  # the trials' regime: eager's speed must not depend on history
     torch.set_num_threads(1)
     source = load_model_file(args.model)
@@ -61,7 +75,7 @@ def main() -> None:
             "torch.compile, graph unchanged": lambda: dynamo_only(*inputs),
         }
         if args.plan:
-            applied = sktune.apply(build(source), json.loads(args.plan.read_text()), backend="inductor")
+            applied = sktune.apply(build(source), plan, backend="inductor")
             ways["sktune.apply(plan)"] = lambda: applied(*inputs)
         for name, call in ways.items():
             out = call()
@@ -78,4 +92,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -118,6 +118,8 @@ def _var_welford(shapes: list[tuple[int, ...]], seeds: int) -> None:
     def var(x: torch.Tensor) -> torch.Tensor:
         return x.var(-1, keepdim=True)
 
+    print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, {seeds} seeds, 1 thread "
+          "(the first compile s includes the process's first compile)")
     print(f"{'shape':<14} {'form':<16} {'compile s':>9} {'bitwise':<9} {'µs':>7}")
     for sizes in shapes:
         x = _inputs(sizes, 0, False)[0]
@@ -138,7 +140,7 @@ def _var_welford(shapes: list[tuple[int, ...]], seeds: int) -> None:
 @app.command()
 def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separated (repeatable); the first is timed.")] = ["1,32,128", "3,37", "2,7,19"],  # noqa: B006
          op: Annotated[list[str], typer.Option(help="Only these ops (repeatable); default: all.")] = [],  # noqa: B006
-         odd: Annotated[bool, typer.Option(help="Add last dims 15, 17, 33, 100, 127 (rows of 4) and (8,1,256).")] = False,
+         odd: Annotated[bool, typer.Option(help="Add last dims 15, 17, 33, 100, 127 (rows of 4), (8,1,256) and (4,1,33,32).")] = False,
          var_welford: Annotated[bool, typer.Option(help="Only var: ATen's Welford order compiled, against eager and Inductor.")] = False,
          seeds: int = 3, n_batches: int = 20) -> None:
     """Print, per op and form: bitwise on every seed and shape (max ULP otherwise), µs per call."""
@@ -157,7 +159,10 @@ def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separ
     unknown = sorted(set(op) - set(OPS))
     if unknown:
         raise typer.BadParameter(f"unknown op(s) {unknown}; known: {sorted(OPS)}", param_hint="--op")
-    shapes = [tuple(int(d) for d in s.split(",")) for s in shape]
+    try:
+        shapes = [tuple(int(d) for d in s.split(",")) for s in shape]
+    except ValueError:
+        raise typer.BadParameter(f"{shape}: each shape is sizes separated by commas, e.g. 3,37", param_hint="--shape")
     if odd:
         shapes += [s for s in ODD_SHAPES if s not in shapes]
     if var_welford:
@@ -166,7 +171,7 @@ def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separ
     backend = get_backend("inductor", for_trials=True)
     print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, shapes {shapes} "
           f"(µs at {shapes[0]}), {seeds} seeds, 1 thread")
-    print(f"{'op':<12} {'op type':<12} {'form':<14} {'bitwise':<22} {'µs':>7} {'eager µs':>9}")
+    print(f"{'op':<12} {'op type':<12} {'form':<14} {'bitwise':<28} {'µs':>7} {'eager µs':>9}")
     for name in op or OPS:
         fn, positive = OPS[name]
         verdicts: dict[str, list[str]] = {}
@@ -197,8 +202,10 @@ def main(shape: Annotated[list[str], typer.Option(help="Input shape, comma-separ
         for form, failures in verdicts.items():
             bitwise = "yes" if not failures else "no: " + failures[0]
             us, eager_us = times.get(form, (float("nan"), float("nan")))
-            print(f"{name:<12} {op_type:<12} {form:<14} {bitwise:<22} {us:>7.1f} {eager_us:>9.1f}", flush=True)
+            print(f"{name:<12} {op_type:<12} {form:<14} {bitwise:<28} {us:>7.1f} {eager_us:>9.1f}", flush=True)
 
 
 if __name__ == "__main__":
-    app()
+    from sktune.benchlib.script import run
+
+    run(app)

@@ -87,7 +87,7 @@ def main(model: Path,
     if unknown:
         raise typer.BadParameter(f"unknown plan(s) {unknown}; known: {list(PLANS)}", param_hint="--plan")
     source = load_model_file(model)
-    shapes = shape or list(shape_weights(source)) or [None]
+    shapes = list(shape_weights(source, tuple(shape) or None)) or [None]  # a shape it lacks is refused
     backend = get_backend("inductor", for_trials=True)
     print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, {model.name}, "
           f"{seeds} seeds, 1 thread, {batches} interleaved batches")
@@ -124,4 +124,6 @@ def main(model: Path,
 
 
 if __name__ == "__main__":
-    app()
+    from sktune.benchlib.script import run
+
+    run(app)

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import optuna
 import typer
 
 from sktune.benchlib.origins import origin_table, sampled
+from sktune.benchlib.script import run
+from sktune.errors import SktuneError
+from sktune.tuning.storage import existing_study_names, load_existing_study, mask_url
 
 app = typer.Typer(add_completion=False)
 
@@ -27,11 +29,11 @@ app = typer.Typer(add_completion=False)
 def main(storage: str, study: Annotated[str | None, typer.Option(help="Study name (default: the newest).")] = None,
          tolerance: float = 0.02) -> None:
     """Print the origin table of one study."""
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+    names = existing_study_names(storage)  # reads only: a mistyped path is not created
     if not names:
-        raise typer.BadParameter(f"no study in {storage}")
+        raise SktuneError(f"no study in {mask_url(storage)}")
     name = study or names[-1]
-    loaded = optuna.load_study(study_name=name, storage=storage)
+    loaded = load_existing_study(name, storage)
     rows = origin_table(loaded, tolerance)
     print(f"{name}: {len(loaded.trials)} trials")
     print(f"| origin | trials | exact | within {tolerance:.0%} of the best measured | named best |")
@@ -45,4 +47,4 @@ def main(storage: str, study: Annotated[str | None, typer.Option(help="Study nam
 
 
 if __name__ == "__main__":
-    app()
+    run(app)
