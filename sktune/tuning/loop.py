@@ -67,6 +67,8 @@ def search(study: optuna.Study, objective: Callable[[optuna.Trial], float], effo
                   and not any(p.stopped for p in patience))
     last = max((t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()), default=None)
     study.set_user_attr(StudyAttr.STOPPED_AT_TIMEOUT, {"timeout_s": timeout, "after_trial": last} if at_timeout else None)
+    if not any(p.stopped for p in patience):  # the last run's stop, as the timeout's: an earlier one is stale
+        study.set_user_attr(StudyAttr.STOPPED_EARLY, None)
     if starting is not None:
         run_unfused_if_missing(study, objective, starting, callbacks)
 

@@ -85,3 +85,24 @@ def test_patience_ignores_queued_starting_points() -> None:
 @pytest.mark.parametrize("name", sorted(EFFORTS))
 def test_every_effort_measures_at_least_two_steps(name: str) -> None:
     assert len(EFFORTS[name].chunks) >= 2 and EFFORTS[name].confirm_top >= 2
+
+
+def test_a_later_search_that_is_not_stopped_early_clears_the_earlier_stop() -> None:
+    # It was never cleared: a resume with --no-stop, or another worker that ran its whole
+    # budget, still reported "stopped after trial #N (--patience)".
+    from dataclasses import replace
+
+    from sktune.tuning.loop import search
+
+    study = optuna.create_study()
+
+    def objective(trial: optuna.Trial) -> float:  # the first gains; none after it
+        ratio = 0.8 if trial.number == 0 else 0.85
+        trial.set_user_attr("timing", PairedTiming(1e-3, ratio * 1e-3, ratio, (ratio - 0.02, ratio + 0.02), 10).to_json())
+        trial.set_constraint("bitwise", 0.0)
+        return ratio
+
+    search(study, objective, replace(EFFORTS["quick"], trials=10, patience=1))
+    assert study.user_attrs["stopped_early"] == {"after_trial": 1, "patience": 1} and len(study.trials) == 2
+    search(study, objective, replace(EFFORTS["quick"], trials=2, patience=None))
+    assert study.user_attrs["stopped_early"] is None and len(study.trials) == 4
