@@ -76,8 +76,7 @@ def stop_note(name: str, storage: str) -> str:
     except Exception:  # e.g. the database went down: do not claim the work is lost
         return saved
     if StudyAttr.SPACE not in attrs:
-        return ("stopped before the study was prepared; another worker that loaded it prepares it now "
-                "(this run saved nothing)")
+        return "stopped before the study was prepared; another worker prepares it now (this run saved nothing)"
     return saved
 
 

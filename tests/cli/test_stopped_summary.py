@@ -36,3 +36,22 @@ def test_a_run_stopped_before_anything_was_saved_writes_no_summary(tmp_path: Pat
     assert not out.exists()
     err = " ".join(capsys.readouterr().err.split())
     assert f"no summary written to {out}" in err and "does not exist" in err
+
+
+def test_a_run_stopped_before_its_study_was_prepared_writes_no_summary(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # Handed to another worker that prepares it now: it wrote an empty study's summary (0
+    # trials, no model) beside "this run saved nothing".
+    import optuna
+
+    from sktune.cli.run_cmd import _write_stopped_summary
+    from sktune.tuning.records import StudyAttr
+
+    storage = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.set_user_attr(StudyAttr.CREATOR, {})  # an sktune study its creator left unprepared
+    out = tmp_path / "s.json"
+    _write_stopped_summary(out, "s", storage, "interrupted")
+    assert not out.exists()
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"no summary written to {out}: this run saved nothing" in err

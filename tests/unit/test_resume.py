@@ -540,7 +540,7 @@ def test_a_creator_stopped_before_preparing_hands_the_study_to_its_waiter_or_lea
     with pytest.raises(KeyboardInterrupt), dropped_unless_prepared(study, created, url):
         raise KeyboardInterrupt
     assert optuna.get_all_study_names(make_storage(url)) == ["s"]
-    assert "another worker that loaded it prepares it now" in unprepared.stop_note("s", url)
+    assert "another worker prepares it now" in unprepared.stop_note("s", url)
     assert not wait_for_creator(waiter)  # at once, not after a silence
     # A stop that reached both (one process group): the waiter, last to go, leaves nothing behind.
     waiter.set_user_attr(StudyAttr.WAITER, {**elsewhere, "host": socket.gethostname(), "pid": os.getpid()})
