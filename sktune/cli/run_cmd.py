@@ -102,6 +102,14 @@ def run_command(
                 _write_stopped_summary(summary_json, settings.study, settings.storage,
                                        "terminated" if terminated else "interrupted")
             raise typer.Exit(143 if terminated else 130) from None
+        except Exception as exc:
+            from sktune.tuning.storage import mask_url, raised_by_storage, storage_error
+
+            if isinstance(exc, SktuneError) or not raised_by_storage(exc):
+                raise
+            raise SktuneError(f"the study's storage {mask_url(settings.storage)} failed during the run: "
+                              f"{storage_error(exc, settings.storage)}. The trials completed before are saved: "
+                              "run the same command again to resume") from exc
     print_summary(data)
     if summary_json is not None:
         with user_errors(debug):

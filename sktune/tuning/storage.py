@@ -82,6 +82,22 @@ def storage_error(exc: BaseException, url: str = "") -> str:
     return text
 
 
+def raised_by_storage(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it came from) was raised inside Optuna's storages:
+    the database or journal failed under a running study, whatever the error's type (a
+    journal made unwritable ends in Optuna's ``AssertionError: Should not reach``)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            if f"optuna{os.sep}storages{os.sep}" in tb.tb_frame.f_code.co_filename:
+                return True
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def journal_path(url: str) -> str | None:
     """The file of a journal storage URL (``journal:PATH``, or a bare ``*.log``/``*.jsonl``
     path with no scheme), else None: ``sqlite:///results.log`` is a database."""
@@ -114,7 +130,12 @@ def _rdb_storage(url: str, attempts: int = 6) -> RDBStorage:
         try:
             with warnings.catch_warnings():  # the heartbeat is "experimental" in Optuna; we rely on it knowingly
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S, grace_period=GRACE_PERIOD_S)
+                # A database server closes idle connections (a restart, an admin, a proxy's
+                # timeout): the pool tests each before use, else the next trial's write fails.
+                # Optuna sets this for MySQL only; SQLite has no server.
+                engine = {} if sqlite_file(url) else {"pool_pre_ping": True}
+                return RDBStorage(url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                                  grace_period=GRACE_PERIOD_S)
         except Exception as exc:
             racing = "IntegrityError" in type(exc).__name__ or "already exists" in str(exc)
             if not racing or attempt == attempts - 1:

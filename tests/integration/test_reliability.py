@@ -17,6 +17,7 @@ from optuna.storages.journal._storage import JournalOperation  # the log's op co
 
 from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.refine import REFINED
+from sktune.tuning.storage import make_storage
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 
@@ -221,6 +222,21 @@ def test_workers_creating_a_fresh_postgres_storage_at_once(postgres_url: str) ->
              for _ in range(6)]
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 6, errors
+
+
+def test_a_dropped_postgres_connection_is_survived(postgres_url: str) -> None:
+    """A server that closes the pooled connection (a restart, an admin, a proxy's idle
+    timeout) failed the next trial's write with a traceback (AdminShutdown), ending the run."""
+    storage = make_storage(postgres_url)
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.enqueue_trial({"x": 1.0})
+    study.optimize(lambda t: t.suggest_float("x", 0, 2), n_trials=1)
+    database = postgres_url.rsplit("/", 1)[1]
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-c",
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"], check=True, capture_output=True)
+    study.optimize(lambda t: t.suggest_float("x", 0, 2), n_trials=1)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
 
 
 @pytest.mark.slow  # ~15 s: a worker start; CI runs it

@@ -92,3 +92,51 @@ def test_report_and_export_leave_a_database_without_optuna_tables_as_it_was(tmp_
     with pytest.raises(SktuneError, match="holds no Optuna study tables"):
         load_existing_study("s", f"sqlite:///{empty}")
     assert empty.stat().st_size == 0
+
+
+def _storage_failure(tmp_path: Path) -> Exception:
+    """What a running study meets when its database fails under it (here its trials table is gone)."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/lost.db"
+    study = optuna.create_study(study_name="s", storage=url)
+    with sqlite3.connect(tmp_path / "lost.db") as db:
+        db.execute("DROP TABLE trials")
+    try:
+        study.ask()
+    except Exception as exc:
+        return exc
+    raise AssertionError("the storage did not fail")
+
+
+def test_a_failure_inside_the_storage_is_told_from_others(tmp_path: Path) -> None:
+    from sktune.tuning.storage import raised_by_storage
+
+    assert raised_by_storage(_storage_failure(tmp_path))
+    try:
+        raise ValueError("a bug of ours")
+    except ValueError as exc:
+        assert not raised_by_storage(exc)
+
+
+def test_a_storage_that_fails_during_a_run_is_one_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A dropped connection or an unwritable journal mid-run ended in a 20-50 frame traceback.
+    from typer.testing import CliRunner
+
+    import sktune.tuning.loop
+    from sktune.cli.app import app
+
+    failure = _storage_failure(tmp_path)
+
+    def tune(*args: object, **kwargs: object) -> None:
+        raise failure
+
+    monkeypatch.setattr(sktune.tuning.loop, "tune", tune)
+    model = tmp_path / "m.py"
+    model.write_text("")
+    result = CliRunner().invoke(app, ["run", str(model), "--storage", "postgresql://me:hunter2@db/s"])
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "error: the study's storage postgresql://me:***@db/s failed during the run" in said
+    assert "no such table: trials" in said and "run the same command again to resume" in said
+    assert "hunter2" not in said and "Traceback" not in said
