@@ -118,7 +118,12 @@ def make_storage(url: str) -> BaseStorage:
 
 
 def _url_hint(exc: BaseException) -> str:
-    """What a storage URL may be, where SQLAlchemy knew no driver for it (``redis://``, a typo)."""
+    """What a storage URL may be, where SQLAlchemy knew no driver for it (``redis://``, a typo),
+    or which package to install, where the driver's module is missing."""
+    missing = _root_cause(exc)  # Optuna wraps it in an ImportError
+    if isinstance(missing, ModuleNotFoundError) and missing.name:
+        postgres = " (for postgresql://: pip install 'sktune[postgres]')" if missing.name.startswith("psycopg") else ""
+        return f"; the database driver {missing.name!r} is not installed{postgres}"
     return ("; a storage is a database URL that SQLAlchemy knows (sqlite:///FILE, postgresql://…, mysql://…) or "
             "journal:FILE" if type(exc).__name__ in ("NoSuchModuleError", "ArgumentError") else "")
 

@@ -140,3 +140,14 @@ def test_a_storage_that_fails_during_a_run_is_one_message(tmp_path: Path, monkey
     assert "error: the study's storage postgresql://me:***@db/s failed during the run" in said
     assert "no such table: trials" in said and "run the same command again to resume" in said
     assert "hunter2" not in said and "Traceback" not in said
+
+
+def test_a_missing_postgres_driver_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from sktune.tuning.storage import make_storage
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as where it is not installed
+    with pytest.raises(SktuneError, match=r"driver 'psycopg' is not installed \(for postgresql://: "
+                                          r"pip install 'sktune\[postgres\]'\)"):
+        make_storage("postgresql://postgres@127.0.0.1:1/db")
