@@ -220,9 +220,9 @@ class _Progress:
         """What start-up is doing (the worker's steps; a wait for the study's creator)."""
         self.progress.update(self.task, description=text)
 
-    def on_ready(self, study: Any, workload: Workload) -> None:
+    def on_ready(self, study: Any, workload: Workload, joined: bool = False) -> None:
         self._warn_of_other_workers(study)
-        if line := resuming_line(study):
+        if line := resuming_line(study, joined):
             self.progress.console.print(line, highlight=False)
         self.progress.update(self.task, description=f"{study.study_name}: {len(workload.ops)} ops, tuning…")
 
@@ -271,9 +271,11 @@ class _Progress:
         self._warn_of_other_workers(study)
 
 
-def resuming_line(study: Any) -> str | None:
+def resuming_line(study: Any, joined: bool = False) -> str | None:
     """``resuming study 'S': 12 trials done earlier (9 exact); best exact so far 1.83× (trial 10)``,
-    or None for a study with no finished trial (a new one)."""
+    or None for a study with no finished trial (a new one). ``joined``: the study was being
+    created by another worker when this run opened it; its trials are that worker's, this
+    run's start-up meanwhile, not an earlier run's."""
     from optuna.trial import TrialState
 
     from sktune.tuning.records import best_record, is_exact, speedup_of
@@ -284,4 +286,7 @@ def resuming_line(study: Any) -> str | None:
     exact = sum(1 for t in done if is_exact(t))
     best = best_record(study)
     so_far = f"; best exact so far {speedup_of(best.ratio):.2f}× (trial {best.number})" if best and best.ratio else ""
+    if joined:
+        return f"joined study {study.study_name!r}, which another worker is tuning: {len(done)} trials done " \
+               f"so far ({exact} exact){so_far}"
     return f"resuming study {study.study_name!r}: {len(done)} trials done earlier ({exact} exact){so_far}"

@@ -132,7 +132,7 @@ def check_same_backend(study: optuna.Study, created: bool, backend: str, asked: 
 
 
 def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
-         on_ready: Callable[[optuna.Study, Workload], None] | None = None,
+         on_ready: Callable[[optuna.Study, Workload, bool], None] | None = None,
          on_status: Callable[[str], None] | None = None) -> optuna.Study:
     """Run ``settings.trials`` more trials on the study (created or resumed); ``on_status``
     hears what the start-up is doing (a progress line)."""
@@ -153,6 +153,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         check_warm_start_names(settings.warm_start, settings.warm_storage or settings.storage, settings.study)
     study, created = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
     check_same_backend(study, created, backend.name, settings.backend)
+    joined = not created and StudyAttr.SPACE not in study.user_attrs  # another worker is creating it now
     # From the study's creation on, a failure (or a stop) leaves no empty study behind.
     with dropped_unless_prepared(study, created, settings.storage):
         measures = measures_space_inputs(study, created)
@@ -197,7 +198,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
             if new_notes := [w.to_json() for w in warm if w.anchor not in {n["anchor"] for n in noted}]:
                 study.set_user_attr(StudyAttr.WARM_START, noted + new_notes)
             if on_ready:
-                on_ready(study, workload)
+                on_ready(study, workload, joined)
             rules = ObjectiveRules(
                 chunks=effort.chunks, trial_timeout=settings.trial_timeout,
                 bisect_runs=backend.default_bisect_runs if settings.bisect_runs is None else settings.bisect_runs,

@@ -26,8 +26,8 @@ from sktune.tuning.dcci_seed import requeue_stopped_seeds
 from sktune.tuning.records import StudyAttr, TrialAttr, planned_plans
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
-from sktune.tuning.storage import (check_made_by_sktune, fail_orphaned_trials, make_storage, mask_url,
-                                   storage_error)
+from sktune.tuning.storage import (check_journal_whole, check_made_by_sktune, fail_orphaned_trials, make_storage,
+                                   mask_url, storage_error)
 from sktune.tuning.unprepared import dropped_unless_prepared
 from sktune.pipe.workload import Workload
 
@@ -94,6 +94,7 @@ def open_study(name: str, storage: str, seed: int | None) -> tuple[optuna.Study,
     storage URL is a user error. The creator says so in the study (``StudyAttr.CREATOR``):
     workers started with it wait for it to prepare the study (``wait_for_creator``)."""
     sampler, pruner = make_sampler(seed), ClearlyWorsePruner()
+    check_journal_whole(storage)
     backend = make_storage(storage)
     try:
         try:  # the storage lets one creator through (a unique name), whichever storage it is
@@ -218,9 +219,12 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
     if old and old.get("shapes") != new.get("shapes"):  # first: other shapes may also give another space
         raise SktuneError(_shapes_changed(name, old, new))
     if existing != space.signature():
+        theirs = study.user_attrs.get(StudyAttr.MODEL)
+        other_file = theirs is not None and model_path is not None and Path(theirs) != Path(model_path)
         raise SktuneError(
             f"study {name!r} was created for a different graph or search space "
-            "(the model or the backend changed); use a new --study name"
+            + (f"(it tunes {theirs}; the default study name is the model file's name and the backend's)"
+               if other_file else "(the model or the backend changed)") + "; use a new --study name"
         )
     for key, value in settings.items():
         if study.user_attrs.get(key) != value:

@@ -106,6 +106,32 @@ def journal_path(url: str) -> str | None:
     return None
 
 
+def check_journal_whole(url: str, settle_s: float = 1.0) -> None:
+    """Refuse to write to a journal whose last line is cut short (its writer was killed
+    mid-line, or the disk filled). Optuna reads past it, but appends the next record to it:
+    the two make one broken line, and the study no longer opens ("Should not reach").
+    Another worker may be writing that line now, so a cut line must outlast ``settle_s``."""
+    path = journal_path(url)
+    if path is None:
+        return
+    for attempt in range(2):
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                if f.tell() == 0:
+                    return
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) == b"\n":
+                    return
+        except OSError:  # missing (a new journal) or unreadable: opening it says so
+            return
+        if attempt == 0:
+            time.sleep(settle_s)
+    raise SktuneError(f"journal {path} ends in a line cut short (a run was killed while writing it, or the disk "
+                      "filled): writing after it would break the study. Remove that incomplete last line "
+                      "(a copy first), then run again")
+
+
 def make_storage(url: str) -> BaseStorage:
     """An Optuna storage for ``url``; one clear (credential-free) message when it fails."""
     try:

@@ -249,8 +249,11 @@ def test_a_different_space_is_refused(space: SearchSpace) -> None:
     study = new_study()
     prepare(study, describe(), space, Path("m.py"), SETTINGS)
     narrower = space_from_workload(describe(), options=["max_fusion_size"])
-    with pytest.raises(SktuneError, match="different graph or search space"):
+    with pytest.raises(SktuneError, match=r"different graph or search space \(the model or the backend changed\)"):
         prepare(study, describe(), narrower, Path("m.py"), SETTINGS)
+    # Another model file of the same name in the same storage meets it under the default study name.
+    with pytest.raises(SktuneError, match=r"\(it tunes m.py; the default study name is the model file's name"):
+        prepare(study, describe(), narrower, Path("other/m.py"), SETTINGS)
 
 
 def profiled(scale: float) -> Workload:

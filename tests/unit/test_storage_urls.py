@@ -151,3 +151,21 @@ def test_a_missing_postgres_driver_names_what_to_install(monkeypatch: pytest.Mon
     with pytest.raises(SktuneError, match=r"driver 'psycopg' is not installed \(for postgresql://: "
                                           r"pip install 'sktune\[postgres\]'\)"):
         make_storage("postgresql://postgres@127.0.0.1:1/db")
+
+
+def test_a_journal_cut_short_is_refused_before_a_write_breaks_it(tmp_path: Path) -> None:
+    # Optuna reads past a cut last line but appends the next record to it: the study then no
+    # longer opened ("AssertionError: Should not reach").
+    from sktune.tuning.resume import open_study
+
+    url = f"journal:{tmp_path}/s.log"
+    study, created = open_study("s", url, seed=0)
+    assert created
+    log = tmp_path / "s.log"
+    whole = log.read_bytes()
+    assert whole.endswith(b"\n")
+    open_study("s", url, seed=0)  # a whole journal opens
+    log.write_bytes(whole[:-10])
+    with pytest.raises(SktuneError, match="ends in a line cut short"):
+        open_study("s", url, seed=0)
+    assert log.read_bytes() == whole[:-10]  # nothing appended
