@@ -28,6 +28,7 @@ from sktune.tuning.creator import (awaited_creator, creator_heartbeat, measures_
                                    wait_for_creator)
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
+from sktune.tuning.storage import fail_orphaned_trials
 from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
 from sktune.tuning.host_time import record_earlier_runs, record_run
@@ -209,6 +210,9 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
             phases = PhaseClock()  # where this run's time went after start-up
             with phases("search"):
                 search(study, objective, effort, settings.timeout, callbacks, starting)
+            # A worker of this host killed meanwhile left its trial RUNNING; Optuna's heartbeat
+            # fails it only when a trial starts 30 s later, which a finishing study may never do.
+            fail_orphaned_trials(study, study._storage)
             with phases("refine"):
                 refine_best(study, space, objective, callbacks, effort.whole_region_cap)
             with phases("yardsticks"):  # each shape's own candidates, at that shape only: the regret's yardstick
