@@ -56,7 +56,9 @@ def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
     if remeasure:  # the fastest of many noisy ratios is biased low: its median of three instead
         for key in remeasure_top(runner, measurements, n_batches, top=remeasure):
             ratios = measurements[key]["ratios"]
-            spans = ",".join(f"{s.first_op}:{s.last_op}" for s in Plan.loads(key).scopes if s.name) or "unfused"
+            plan = Plan.loads(key)
+            spans = ",".join(f"{s.first_op}:{s.last_op}" for s in plan.scopes if s.name) or "unfused"
+            spans += f" {plan.option_dict}" if plan.option_dict else ""
             print(f"  re-measured {spans}: {' '.join(f'{r:.4f}' for r in ratios)} -> {measurements[key]['ratio']:.4f}")
     out.parent.mkdir(parents=True, exist_ok=True)
     save(out, str(model), workload, max_cuts, measurements, option, n_batches)
@@ -219,7 +221,7 @@ def _best_line(data: dict) -> str:
         else f"[{data['speedup_ci'][0]:.2f}, {data['speedup_ci'][1]:.2f}]") + " vs unfused"
     fuse_all = data.get("fuse_all")
     if fuse_all is None:
-        return line + "; fuse-all did not run"
+        return line + "; no fuse-all figure (it did not run, or failed)"
     line += f"; fuse-all {1 / fuse_all['ratio']:.2f}× ({'bitwise' if fuse_all['bitwise'] else 'not bitwise'})"
     if data.get("gain_kept") is not None:
         line += f"; gain kept {data['gain_kept']:.0%}"

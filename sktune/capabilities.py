@@ -155,8 +155,9 @@ class Capabilities:
         if option_names is None:
             return self
         if unknown := sorted(option_names - {o.name for o in self.options}):
-            raise PlanError(f"unknown option(s) {', '.join(unknown)}; this backend's options: "
-                            f"{', '.join(o.name for o in self.options)}")
+            raise PlanError(f"option(s) {', '.join(unknown)} not in this graph's option space (a backend offers "
+                            "some options only where they can act, e.g. layout_optimization where a convolution "
+                            f"runs): {', '.join(o.name for o in self.options) or 'none'}")
         options = tuple(o for o in self.options if o.name in option_names)
         kept = {o.name for o in options}
         return replace(self, options=options, fuse_all_variants=tuple(v for v in self.fuse_all_variants if v in kept))

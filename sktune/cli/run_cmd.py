@@ -108,8 +108,8 @@ def run_command(
             if isinstance(exc, SktuneError) or not raised_by_storage(exc):
                 raise
             raise SktuneError(f"the study's storage {mask_url(settings.storage)} failed during the run: "
-                              f"{storage_error(exc, settings.storage)}. The trials completed before are saved: "
-                              "run the same command again to resume") from exc
+                              f"{storage_error(exc, settings.storage)}. Whatever trials completed before it are "
+                              "saved there: once it works again, run the same command to resume") from exc
     print_summary(data)
     if summary_json is not None:
         with user_errors(debug):
@@ -287,6 +287,6 @@ def resuming_line(study: Any, joined: bool = False) -> str | None:
     best = best_record(study)
     so_far = f"; best exact so far {speedup_of(best.ratio):.2f}× (trial {best.number})" if best and best.ratio else ""
     if joined:
-        return f"joined study {study.study_name!r}, which another worker is tuning: {len(done)} trials done " \
+        return f"joined study {study.study_name!r}, which another worker created: {len(done)} trials done " \
                f"so far ({exact} exact){so_far}"
     return f"resuming study {study.study_name!r}: {len(done)} trials done earlier ({exact} exact){so_far}"

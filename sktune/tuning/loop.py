@@ -212,7 +212,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                 search(study, objective, effort, settings.timeout, callbacks, starting)
             # A worker of this host killed meanwhile left its trial RUNNING; Optuna's heartbeat
             # fails it only when a trial starts 30 s later, which a finishing study may never do.
-            fail_orphaned_trials(study, study._storage)
+            fail_orphaned_trials(study, study._storage, untagged=False)
             with phases("refine"):
                 refine_best(study, space, objective, callbacks, effort.whole_region_cap)
             with phases("yardsticks"):  # each shape's own candidates, at that shape only: the regret's yardstick

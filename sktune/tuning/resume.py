@@ -223,8 +223,8 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
         other_file = theirs is not None and model_path is not None and Path(theirs) != Path(model_path)
         raise SktuneError(
             f"study {name!r} was created for a different graph or search space "
-            + (f"(it tunes {theirs}; the default study name is the model file's name and the backend's)"
-               if other_file else "(the model or the backend changed)") + "; use a new --study name"
+            + (f"(it was created for {theirs}; a study's default name is the model file's name and the "
+               "backend's)" if other_file else "(the model or the backend changed)") + "; use a new --study name"
         )
     for key, value in settings.items():
         if study.user_attrs.get(key) != value:

@@ -17,6 +17,7 @@ import random
 import socket
 import time
 import warnings
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,20 @@ def _host_leak(url: str) -> str | None:
     return secret.split("@", 1)[1] if "@" in secret else None
 
 
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it came from, as Python prints them (``from None`` ends it)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+
+
 def _root_cause(exc: BaseException) -> BaseException:
-    """The innermost exception of ``exc``'s chain (its causes, else its contexts)."""
-    root, seen = exc, {id(exc)}
-    while True:
-        nxt = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
-        if nxt is None or id(nxt) in seen:
-            return root
-        root, seen = nxt, seen | {id(nxt)}
+    """The last exception of ``exc``'s chain: what a wrapper (Optuna, SQLAlchemy) hides."""
+    *_, root = _chain(exc)
+    return root
 
 
 def storage_error(exc: BaseException, url: str = "") -> str:
@@ -86,16 +93,20 @@ def raised_by_storage(exc: BaseException) -> bool:
     """Whether ``exc`` (or an exception it came from) was raised inside Optuna's storages:
     the database or journal failed under a running study, whatever the error's type (a
     journal made unwritable ends in Optuna's ``AssertionError: Should not reach``)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        tb = exc.__traceback__
+    for link in _chain(exc):
+        if isinstance(link, _NOT_A_FAILURE):
+            return False
+        tb = link.__traceback__
         while tb is not None:
             if f"optuna{os.sep}storages{os.sep}" in tb.tb_frame.f_code.co_filename:
                 return True
             tb = tb.tb_next
-        exc = exc.__cause__ or exc.__context__
     return False
+
+
+# What Optuna's storages raise when they work: a trial another worker finished, a name taken,
+# a record (a study, a trial) that is not there. Not the storage failing.
+_NOT_A_FAILURE = (optuna.exceptions.UpdateFinishedTrialError, optuna.exceptions.DuplicatedStudyError, KeyError)
 
 
 def journal_path(url: str) -> str | None:
@@ -114,11 +125,12 @@ def check_journal_whole(url: str, settle_s: float = 1.0) -> None:
     path = journal_path(url)
     if path is None:
         return
+    sizes = []
     for attempt in range(2):
         try:
             with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                if f.tell() == 0:
+                sizes.append(f.seek(0, os.SEEK_END))
+                if sizes[-1] == 0:
                     return
                 f.seek(-1, os.SEEK_END)
                 if f.read(1) == b"\n":
@@ -127,6 +139,8 @@ def check_journal_whole(url: str, settle_s: float = 1.0) -> None:
             return
         if attempt == 0:
             time.sleep(settle_s)
+    if sizes[1] != sizes[0]:  # it grew: a worker is writing it, line by line
+        return
     raise SktuneError(f"journal {path} ends in a line cut short (a run was killed while writing it, or the disk "
                       "filled): writing after it would break the study. Remove that incomplete last line "
                       "(a copy first), then run again")
@@ -148,8 +162,9 @@ def _url_hint(exc: BaseException) -> str:
     or which package to install, where the driver's module is missing."""
     missing = _root_cause(exc)  # Optuna wraps it in an ImportError
     if isinstance(missing, ModuleNotFoundError) and missing.name:
-        postgres = " (for postgresql://: pip install 'sktune[postgres]')" if missing.name.startswith("psycopg") else ""
-        return f"; the database driver {missing.name!r} is not installed{postgres}"
+        install = {"psycopg": " (pip install 'sktune[postgres]')", "psycopg2": " (pip install psycopg2-binary, or "
+                   "pip install 'sktune[postgres]' for psycopg, the driver SQLAlchemy 2.1 picks)"}.get(missing.name, "")
+        return f"; the database driver {missing.name!r} is not installed{install}"
     return ("; a storage is a database URL that SQLAlchemy knows (sqlite:///FILE, postgresql://…, mysql://…) or "
             "journal:FILE" if type(exc).__name__ in ("NoSuchModuleError", "ArgumentError") else "")
 
@@ -198,17 +213,21 @@ def may_be_alive(tag: dict[str, Any]) -> bool:
     return tag.get("host") != socket.gethostname() or _alive(int(tag.get("pid", 0)))
 
 
-def fail_orphaned_trials(study: optuna.Study, storage: BaseStorage) -> list[int]:
+def fail_orphaned_trials(study: optuna.Study, storage: BaseStorage, untagged: bool = True) -> list[int]:
     """Mark FAIL the RUNNING trials whose process on this host no longer exists, and those
     that never got a worker tag although older than the grace period: a worker tags its trial
     within milliseconds of taking it (``sampler.record_worker_at_ask``), so an untagged one is
-    a run stopped between the two (``storage``: the one the study was opened on)."""
+    a run stopped between the two (``storage``: the one the study was opened on).
+    ``untagged=False``: only the former, while other workers may be between the two now (and
+    the age of an untagged trial is read off another host's clock)."""
     failed: list[int] = []
     study_id = storage.get_study_id_from_name(study.study_name)
     now = datetime.now()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         tag = trial.user_attrs.get(TrialAttr.WORKER)
         if not tag:
+            if not untagged:
+                continue
             started = trial.datetime_start
             if started is None or (now - started).total_seconds() < GRACE_PERIOD_S:
                 continue

@@ -350,4 +350,4 @@ def test_a_resumed_study_says_so_with_what_was_done() -> None:
     assert resuming_line(study).startswith("resuming study 's': 2 trials done earlier (1 exact)")
     # Opened while another worker was creating it: its trials are not an earlier run's.
     assert resuming_line(study, joined=True).startswith(
-        "joined study 's', which another worker is tuning: 2 trials done so far (1 exact)")
+        "joined study 's', which another worker created: 2 trials done so far (1 exact)")

@@ -252,7 +252,7 @@ def test_a_different_space_is_refused(space: SearchSpace) -> None:
     with pytest.raises(SktuneError, match=r"different graph or search space \(the model or the backend changed\)"):
         prepare(study, describe(), narrower, Path("m.py"), SETTINGS)
     # Another model file of the same name in the same storage meets it under the default study name.
-    with pytest.raises(SktuneError, match=r"\(it tunes m.py; the default study name is the model file's name"):
+    with pytest.raises(SktuneError, match=r"\(it was created for m.py; a study's default name is the model file's name"):
         prepare(study, describe(), narrower, Path("other/m.py"), SETTINGS)
 
 
