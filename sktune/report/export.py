@@ -56,6 +56,11 @@ def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
     if data["best_plan"] is None and data.get("keep_unfused_reason"):
         raise ExportError(f"study {study.study_name!r}: keep the model as it is, unfused "
                           f"({data['keep_unfused_reason']}); its unfused trial did not complete: no plan to export")
+    if data["best_plan"] is None and not data["n_trials"] and StudyAttr.SPACE not in study.user_attrs:
+        creator = study.user_attrs.get(StudyAttr.CREATOR) or {}
+        by = f" (pid {creator['pid']} on {creator['host']})" if creator.get("pid") else ""
+        raise ExportError(f"study {study.study_name!r} is still being prepared by the run that created it{by}: "
+                          "it has no trial yet; export it once that run has tuned it")
     if data["best_plan"] is None:
         running = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
         now = f", {running} running now (a worker is tuning it, or was stopped: its next run fails those)" \

@@ -385,3 +385,15 @@ def test_the_npu_snippet_raises_capture_limit_past_the_shapes_declared() -> None
     at_limit = "\n".join(NpuBackend.export_snippet(plan, env, 1, shapes=64).before_plan)
     past = "\n".join(NpuBackend.export_snippet(plan, env, 1, shapes=65).before_plan)
     assert "capture_limit" not in at_limit and "'capture_limit': 65" in past
+
+
+def test_exporting_a_study_still_being_prepared_says_so(tmp_path: Path) -> None:
+    # It said "no bitwise-exact completed trial …; run more trials" of a study its creator
+    # was preparing (a second worker's export during the first's start-up).
+    from sktune.report.export import export_json
+    from sktune.tuning.records import StudyAttr
+
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+    study.set_user_attr(StudyAttr.CREATOR, {"host": "h1", "pid": 42, "at": 0.0})
+    with pytest.raises(ExportError, match=r"'s' is still being prepared by the run that created it \(pid 42 on h1\)"):
+        export_json(study)
