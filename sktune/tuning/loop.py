@@ -180,7 +180,8 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
                 while not wait_for_creator(study, on_new_creator=waiting_for):
                     if take_over(study):  # its creator is gone: this run prepares the study
                         heartbeat.start()
-                        status(f"starting worker again ({startup_steps(True, probing)})…")
+                        status(f"its creator is gone: this run prepares the study; starting worker again "
+                               f"({startup_steps(True, probing)})…")
                         started = worker.restart_with(space_inputs=True, prefetch_fuse_all=prefetch)
                         break
                     if creator := awaited_creator(study):  # another waiter's record stood
