@@ -80,14 +80,14 @@ def main(model: Path,
     from sktune.plan import Plan, Scope
     from sktune.verify import compare_outputs, flatten_outputs
 
-    torch.set_num_threads(1)
-    print(f"heap: {steady_heap()}")  # the tuner's regime: eager's speed must not depend on history
-    torch.set_grad_enabled(False)
     unknown = sorted(set(plan) - set(PLANS))
     if unknown:
         raise typer.BadParameter(f"unknown plan(s) {unknown}; known: {list(PLANS)}", param_hint="--plan")
     source = load_model_file(model)
-    shapes = list(shape_weights(source, tuple(shape) or None)) or [None]  # a shape it lacks is refused
+    shapes = list(shape_weights(source, tuple(shape) or None, "--shape")) or [None]  # a shape it lacks is refused
+    torch.set_num_threads(1)
+    print(f"heap: {steady_heap()}")  # the tuner's regime: eager's speed must not depend on history
+    torch.set_grad_enabled(False)
     backend = get_backend("inductor", for_trials=True)
     print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, {model.name}, "
           f"{seeds} seeds, 1 thread, {batches} interleaved batches")

@@ -151,14 +151,15 @@ def check_callable_as(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dic
         pass
 
 
-def shape_weights(source: ModelSource, only: tuple[str, ...] | None = None) -> dict[str, float]:
+def shape_weights(source: ModelSource, only: tuple[str, ...] | None = None, flag: str = "--shapes") -> dict[str, float]:
     """The model's shapes and their weights, in its order; ``{}`` for a one-shape model.
 
-    ``only`` picks a subset (``--shapes``); naming a shape the model does not have is an error.
+    ``only`` picks a subset (``flag``: the option that named it); naming a shape the model
+    does not have is an error.
     """
     if source.input_shapes is None:
         if only:
-            raise ModelFileError(f"--shapes: {source.path} defines no input_shapes().\n{SHAPES_CONTRACT}")
+            raise ModelFileError(f"{flag}: {source.path} defines no input_shapes().\n{SHAPES_CONTRACT}")
         return {}
     with user_code(f"input_shapes() in {source.path}"):
         declared = source.input_shapes()
@@ -179,11 +180,11 @@ def shape_weights(source: ModelSource, only: tuple[str, ...] | None = None) -> d
         unknown = [name for name in only if name not in weights]
         verify_only = [name for name in unknown if name in verify_shape_names(source)]
         if verify_only:
-            raise ModelFileError(f"--shapes: {', '.join(verify_only)} in verify_shapes() of {source.path}: a "
+            raise ModelFileError(f"{flag}: {', '.join(verify_only)} in verify_shapes() of {source.path}: a "
                                  "verify-only shape is verified, never tuned at; --shapes picks among "
                                  f"input_shapes() ({', '.join(weights)})")
         if unknown:
-            raise ModelFileError(f"--shapes: {', '.join(unknown)} not among the shapes of {source.path} "
+            raise ModelFileError(f"{flag}: {', '.join(unknown)} not among the shapes of {source.path} "
                                  f"({', '.join(weights)})")
         weights = {name: w for name, w in weights.items() if name in only}
     return weights
