@@ -24,7 +24,7 @@ import torch
 
 import sktune
 from sktune.benchlib.interleave import interleaved_seconds
-from sktune.benchlib.script import existing_file, run
+from sktune.benchlib.script import existing_file, run, study_file
 from sktune.errors import SktuneError
 from sktune.load import build, draw_inputs, load_model_file
 from sktune.measure.heap import steady_heap
@@ -48,7 +48,7 @@ def _read_plan(path: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", type=existing_file)
+    parser.add_argument("model", type=study_file)
     parser.add_argument("--plan", type=existing_file, help="sktune export --format json output, for sktune.apply")
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--calls", type=int, default=100)

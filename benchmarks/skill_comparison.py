@@ -36,7 +36,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sktune.benchlib.script import existing_file, run
+from sktune.benchlib.script import run, study_file
 
 ROOT = Path(__file__).resolve().parents[1]
 EMULATOR = ROOT / "tests" / "npu_emulator"
@@ -161,7 +161,7 @@ def _better(new: list[float], old: list[float]) -> bool:
 def main(model: Path, workdir: Annotated[Path, typer.Option()] = Path("bench/skill"),
          effort: str = "quick") -> None:
     """Run both on MODEL under the emulator and print the counts."""
-    model = existing_file(str(model)).resolve()  # before the chdir: relative to where it was run
+    model = study_file(str(model)).resolve()  # before the chdir: relative to where it was run
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
     sys.path.insert(0, str(EMULATOR))

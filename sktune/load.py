@@ -181,7 +181,7 @@ def shape_weights(source: ModelSource, only: tuple[str, ...] | None = None, flag
         verify_only = [name for name in unknown if name in verify_shape_names(source)]
         if verify_only:
             raise ModelFileError(f"{flag}: {', '.join(verify_only)} in verify_shapes() of {source.path}: a "
-                                 "verify-only shape is verified, never tuned at; --shapes picks among "
+                                 f"verify-only shape is verified, never tuned at; {flag} picks among "
                                  f"input_shapes() ({', '.join(weights)})")
         if unknown:
             raise ModelFileError(f"{flag}: {', '.join(unknown)} not among the shapes of {source.path} "

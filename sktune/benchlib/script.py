@@ -23,8 +23,8 @@ def run(main: Callable[[], object]) -> None:
 
 
 def existing_file(text: str) -> Path:
-    """An argument that names a file to read (argparse's ``type``): a missing one is refused
-    before any work, not after minutes of capture and warm-up."""
+    """An argument that names a file to read other than the model (argparse's ``type``): a
+    missing one is refused before any work, not after minutes of capture and warm-up."""
     path = Path(text)
     if not path.is_file():
         raise SktuneError(f"{text}: no such file")
@@ -33,8 +33,11 @@ def existing_file(text: str) -> Path:
 
 def study_file(text: str) -> Path:
     """A model file given by path, or a study of ``studies/`` given by name
-    (``split_stages`` is ``studies/split_stages.py``)."""
+    (``split_stages`` is ``studies/split_stages.py``), checked as ``sktune run`` checks it."""
+    from sktune.load import check_model_path  # imports torch: not before a script sets its cache folder
+
     path = Path(text)
     if not path.is_file() and path.suffix != ".py" and "/" not in text:
         path = STUDIES / f"{text}.py"
-    return existing_file(str(path))
+    check_model_path(path)
+    return path

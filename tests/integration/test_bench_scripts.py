@@ -41,7 +41,7 @@ def test_the_scale_usage_line_runs() -> None:
 
 
 @pytest.mark.parametrize("args, says", [
-    (("call_overhead.py", "no_such_model.py"), "error: no_such_model.py: no such file"),
+    (("call_overhead.py", "no_such_model.py"), "error: model file not found: no_such_model.py"),
     (("region_shapes.py", "split_stages", "0:x"), "a plan is FIRST:LAST op spans"),
     (("shared_batch_compile.py", "decoder_block"), "defines no input_shapes()"),
     (("search_efficiency.py", "measure", "studies/no_such.py", "-o", "x.json"), "model file not found"),
@@ -92,7 +92,9 @@ def test_script_edge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert stopped.value.code == 1 and capsys.readouterr().err == "error: the model file is broken\n"
     assert study_file("split_stages") == STUDIES / "split_stages.py"  # a study by name
     assert study_file(str(STUDIES / "norm_chain.py")) == STUDIES / "norm_chain.py"  # or by path
-    with pytest.raises(SktuneError, match="no such file"):
+    with pytest.raises(SktuneError, match="model file not found: .*studies/no_such_study.py"):
         study_file("no_such_study")
+    with pytest.raises(SktuneError, match="is a folder; name the model's Python file"):
+        study_file(str(tmp_path))  # as sktune run says it
     with pytest.raises(SktuneError, match="no such file"):
         existing_file(str(tmp_path))  # a folder is no file
