@@ -14,7 +14,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
-from torch import fx
 
 aten = torch.ops.aten
 

@@ -137,13 +137,13 @@ def _write_stopped_summary(path: Path, study: str, storage: str, how: str) -> No
     ``stopped`` says how the run ended; its ``provisional`` why the figures are the search's).
     Nothing saved, or the storage gone: one line, no file."""
     from sktune.errors import SktuneError
-    from sktune.tuning.records import StudyAttr
+    from sktune.tuning.records import is_prepared
     from sktune.tuning.storage import load_existing_study
     from sktune.tuning.summary import summary
 
     try:
         loaded = load_existing_study(study, storage)
-        if StudyAttr.SPACE not in loaded.user_attrs:  # handed to another worker that prepares it now
+        if not is_prepared(loaded.user_attrs):  # handed to another worker that prepares it now
             raise SktuneError("this run saved nothing (stopped before the study was prepared)")
         _write_summary(path, {**summary(loaded), "stopped": how})
     except (Exception, KeyboardInterrupt) as exc:  # a second Ctrl-C skips it; the stop's exit code stands

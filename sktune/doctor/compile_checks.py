@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sktune.backends.npu_option_schema import AGGRESSIVE, DEBUG, OPTIMIZE, SCHEMA, KeySet
+from sktune.backends.npu_option_schema import DEBUG, SCHEMA, KeySet
 from sktune.doctor.records import CheckResult, confirmed, differs
 from sktune.doctor.session import DoctorSession
 from sktune.plan import Plan

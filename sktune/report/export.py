@@ -17,7 +17,7 @@ from sktune.errors import ExportError
 from sktune.graph.grouping import regions
 from sktune.plan import Plan
 from sktune.tuning.settings import DEFAULT_STORAGE
-from sktune.tuning.records import StudyAttr
+from sktune.tuning.records import StudyAttr, is_prepared
 from sktune.tuning.storage import mask_url
 from sktune.tuning.through_compile import through_compile_line
 
@@ -56,7 +56,7 @@ def _best(study: optuna.Study) -> tuple[dict[str, Any], Plan]:
     if data["best_plan"] is None and data.get("keep_unfused_reason"):
         raise ExportError(f"study {study.study_name!r}: keep the model as it is, unfused "
                           f"({data['keep_unfused_reason']}); its unfused trial did not complete: no plan to export")
-    if data["best_plan"] is None and not data["n_trials"] and StudyAttr.SPACE not in study.user_attrs:
+    if data["best_plan"] is None and not data["n_trials"] and not is_prepared(study.user_attrs):
         creator = study.user_attrs.get(StudyAttr.CREATOR) or {}
         by = f" (pid {creator['pid']} on {creator['host']})" if creator.get("pid") else ""
         raise ExportError(f"study {study.study_name!r} is still being prepared by the run that created it{by}: "

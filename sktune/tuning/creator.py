@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 
 from sktune.errors import SktuneError
-from sktune.tuning.records import StudyAttr
+from sktune.tuning.records import StudyAttr, is_prepared
 from sktune.tuning.storage import mask_url, may_be_alive, worker_tag
 from sktune.tuning.supervisor import WORKER_START_TIMEOUT_S
 
@@ -38,7 +38,7 @@ def record_waiter(study: optuna.Study) -> None:
     """Say in a study not yet prepared that a worker loaded it and may wait for its creator:
     a creator stopped during its start-up then hands the study over instead of deleting it
     (``unprepared.dropped_unless_prepared``). The last one to load it is enough to know of."""
-    if StudyAttr.SPACE not in _user_attrs(study):
+    if not is_prepared(_user_attrs(study)):
         study.set_user_attr(StudyAttr.WAITER, worker_tag())
 
 
@@ -99,7 +99,7 @@ class CreatorHeartbeat:
         count = 0
         while not self._stop.wait(CREATOR_BEAT_S):
             try:
-                if StudyAttr.SPACE in self.study.user_attrs:
+                if is_prepared(self.study.user_attrs):
                     return
                 count += 1
                 self.study.set_user_attr(StudyAttr.CREATOR_BEAT, count)
@@ -158,7 +158,7 @@ def measures_space_inputs(study: optuna.Study, created: bool) -> bool:
     study from before the per-shape answers were stored (its yardsticks need them).
     """
     attrs = _user_attrs(study)
-    if StudyAttr.SPACE in attrs:
+    if is_prepared(attrs):
         return StudyAttr.SHAPES in attrs and StudyAttr.EXACTNESS_BY_SHAPE not in attrs
     return created or not _awaited(attrs)
 
@@ -179,7 +179,7 @@ def wait_for_creator(study: optuna.Study, on_new_creator: Callable[[str], None] 
     (``take_over``) or waits again for the worker that did.
     """
     heard, silent_s = None, 0.0
-    while StudyAttr.SPACE not in (attrs := _user_attrs(study)):
+    while not is_prepared(attrs := _user_attrs(study)):
         beat = attrs.get(StudyAttr.CREATOR_BEAT)  # None: a creator without a heartbeat (older sktune)
         # Polls counted, not clock read: a poll takes at least PREPARE_POLL_S, so a live
         # creator is never thought silent early. A new creator (one took over) starts it again.
@@ -197,7 +197,7 @@ def wait_for_creator(study: optuna.Study, on_new_creator: Callable[[str], None] 
 def awaited_creator(study: optuna.Study) -> str | None:
     """The run that this one waits for, in words (``wait_for_creator``); None: no wait."""
     attrs = _user_attrs(study)
-    if StudyAttr.SPACE in attrs or not _awaited(attrs):
+    if is_prepared(attrs) or not _awaited(attrs):
         return None
     return _named(attrs[StudyAttr.CREATOR])
 

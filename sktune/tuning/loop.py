@@ -22,7 +22,7 @@ from sktune.tuning.through_compile import time_through_compile
 from sktune.tuning.unprepared import dropped_unless_prepared
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.space.search_space import UNFUSED
-from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, ran_anchor
+from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, is_prepared, ran_anchor
 from sktune.tuning.refine import refine_best
 from sktune.tuning.creator import (awaited_creator, creator_heartbeat, measures_space_inputs, take_over,
                                    wait_for_creator)
@@ -154,7 +154,7 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
         check_warm_start_names(settings.warm_start, settings.warm_storage or settings.storage, settings.study)
     study, created = open_study(settings.study, settings.storage, settings.seed)  # bad URL: fail fast
     check_same_backend(study, created, backend.name, settings.backend)
-    joined = not created and StudyAttr.SPACE not in study.user_attrs  # another worker is creating it now
+    joined = not created and not is_prepared(study.user_attrs)  # another worker is creating it now
     # From the study's creation on, a failure (or a stop) leaves no empty study behind.
     with dropped_unless_prepared(study, created, settings.storage):
         measures = measures_space_inputs(study, created)

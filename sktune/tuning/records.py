@@ -9,6 +9,7 @@ Keys are written and read only through these names; JSON stays at the storage ed
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +102,11 @@ class StudyAttr:
     EFFECTIVE_OPTIONS_UNCHECKED = "effective_options_unchecked"  # the study's one warning: no dump compared
     VERIFY_SHAPES = "verify_shapes"  # the model's verify-only shapes (verify_shapes()), in order; absent: none
     VERIFIED = "verified"  # per finalist verified there: [{trial, shapes: {name: outcome}}] (tuning/verified.py)
+
+
+def is_prepared(attrs: Mapping[str, Any]) -> bool:
+    """Whether a study with these user attributes is prepared: its space is written last."""
+    return StudyAttr.SPACE in attrs
 
 
 def is_exact(trial: FrozenTrial) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 import optuna
 
-from sktune.tuning.records import StudyAttr
+from sktune.tuning.records import StudyAttr, is_prepared
 from sktune.tuning.storage import make_storage, mask_url, may_be_alive, worker_tag
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def dropped_unless_prepared(study: optuna.Study, created: bool, storage: str) ->
 def _hand_over_or_delete(study: optuna.Study, storage: str) -> None:
     try:
         attrs = study.user_attrs
-        if StudyAttr.SPACE in attrs:
+        if is_prepared(attrs):
             return
         waiter = attrs.get(StudyAttr.WAITER)
         if waiter and may_be_alive(waiter) and not _this_run(waiter):
@@ -75,7 +75,7 @@ def stop_note(name: str, storage: str) -> str:
         return "stopped before the study was prepared, so nothing was saved"
     except Exception:  # e.g. the database went down: do not claim the work is lost
         return saved
-    if StudyAttr.SPACE not in attrs:
+    if not is_prepared(attrs):
         return "stopped before the study was prepared; another worker prepares it now (this run saved nothing)"
     return saved
 
@@ -92,12 +92,12 @@ def _creator_is_this_run_or_none(study: optuna.Study) -> bool:
     except KeyError:  # deleted already
         return False
     creator = attrs.get(StudyAttr.CREATOR)
-    return StudyAttr.SPACE not in attrs and (creator == {} or (bool(creator) and _this_run(creator)))
+    return not is_prepared(attrs) and (creator == {} or (bool(creator) and _this_run(creator)))
 
 
 def _delete_if_empty(study: optuna.Study, storage: str) -> None:
     try:
-        if StudyAttr.SPACE not in study.user_attrs and not study.get_trials(deepcopy=False):
+        if not is_prepared(study.user_attrs) and not study.get_trials(deepcopy=False):
             optuna.delete_study(study_name=study.study_name, storage=make_storage(storage))
     except Exception as exc:  # e.g. the storage went down: the run's own error is the one to show
         log.warning("could not delete the empty study %r: %s", study.study_name, mask_url(str(exc)))
