@@ -229,7 +229,7 @@ class _Progress:
     def _warn_of_other_workers(self, study: Any) -> None:
         """Once, when other workers on this host tune the study: at start-up for those already
         running, and after a trial for one started later (the first of two workers sees it only then)."""
-        from sktune.tuning.storage import other_local_workers
+        from sktune.tuning.workers import other_local_workers
 
         if self.warned_of:
             return

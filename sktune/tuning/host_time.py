@@ -18,7 +18,7 @@ import optuna
 from sktune.backends import REGISTRY, backend_class
 from sktune.pipe.workload import Workload
 from sktune.tuning.records import StudyAttr, TrialAttr
-from sktune.tuning.storage import worker_tag
+from sktune.tuning.workers import worker_tag
 
 
 def record_run(study: optuna.Study, workload: Workload, phases_s: dict[str, float],

@@ -28,7 +28,7 @@ from sktune.tuning.creator import (awaited_creator, creator_heartbeat, measures_
                                    wait_for_creator)
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
-from sktune.tuning.storage import fail_orphaned_trials
+from sktune.tuning.workers import fail_orphaned_trials
 from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
 from sktune.tuning.host_time import record_earlier_runs, record_run

@@ -34,7 +34,7 @@ from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
 from sktune.tuning.reuse import MeasuredPlans, take_outcome, wait_for_twin
 from sktune.tuning.sampler import hopeless_filter
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing
-from sktune.tuning.storage import worker_tag
+from sktune.tuning.workers import worker_tag
 from sktune.tuning.trial_notes import note_result
 from sktune.tuning.trial_writer import (mark_pruned, mark_skipped, mark_stopped, record_compiled, record_diagnosis,
                                         record_failing_range, record_mismatches, record_overhead, record_plan,
@@ -86,7 +86,7 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
 
     def objective(trial: optuna.Trial) -> float:
         # sktune's sampler tagged the trial as Optuna created it; here for any other sampler
-        # (an untagged RUNNING trial is failed only past the grace period: storage.fail_orphaned_trials).
+        # (an untagged RUNNING trial is failed only past the grace period: workers.fail_orphaned_trials).
         if TrialAttr.WORKER not in trial.user_attrs:
             record_worker(trial, worker_tag())
         anchor = trial.user_attrs.get(TrialAttr.ANCHOR)

@@ -156,7 +156,7 @@ def planned_params(study: optuna.Study) -> list[dict[str, Any]]:
 
 
 def started_at(trial: FrozenTrial) -> float | None:
-    """When ``trial`` started, in epoch seconds: its worker tag's (``storage.worker_tag``),
+    """When ``trial`` started, in epoch seconds: its worker tag's (``workers.worker_tag``),
     else Optuna's start read as this host's local time (a trial not tagged yet)."""
     tag = trial.user_attrs.get(TrialAttr.WORKER) or {}
     if isinstance(tag.get("at"), (int, float)):

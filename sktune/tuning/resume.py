@@ -26,8 +26,8 @@ from sktune.tuning.dcci_seed import requeue_stopped_seeds
 from sktune.tuning.records import StudyAttr, TrialAttr, planned_plans
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
-from sktune.tuning.storage import (check_journal_whole, check_made_by_sktune, fail_orphaned_trials, make_storage,
-                                   mask_url, storage_error)
+from sktune.tuning.storage import check_journal_whole, check_made_by_sktune, make_storage, mask_url, storage_error
+from sktune.tuning.workers import fail_orphaned_trials
 from sktune.tuning.unprepared import dropped_unless_prepared
 from sktune.pipe.workload import Workload
 

@@ -22,7 +22,7 @@ What is taken, by the earlier trial's state:
 * FAIL with a reason from the worker (hang, crash, compile error): failed again, not
   retried. A hang may take an Ascend device down (docs/superkernel.md), and a compile
   error repeats. A trial that failed only because its run was killed
-  (``storage.fail_orphaned_trials``), or that failed with no recorded reason (the run
+  (``workers.fail_orphaned_trials``), or that failed with no recorded reason (the run
   was interrupted), did not fail because of its plan, so its plan runs again.
 
 Skipped trials (exactness probe, scope cap) are never reused: the objective decides a
@@ -104,7 +104,7 @@ def in_flight(study: optuna.Study, plan: Plan, number: int, now: float, limit_s:
     two workers that top up the starting queue together start both twins within
     milliseconds, before either records its plan, and both used to measure it. A trial
     RUNNING for over ``limit_s`` is taken for dead (its worker killed on another host:
-    ``storage.fail_orphaned_trials`` fails only this host's)."""
+    ``workers.fail_orphaned_trials`` fails only this host's)."""
     key = plan.dumps()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if trial.number >= number or skipped(trial) or is_yardstick(trial):  # a yardstick is never reused

@@ -43,7 +43,7 @@ from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 from sktune.tuning.move_model import observed_ratio, rank, trial_plan
 from sktune.tuning.records import FIXED, TrialAttr, has_ratio, is_feasible, is_yardstick, reused, skipped
-from sktune.tuning.storage import worker_tag
+from sktune.tuning.workers import worker_tag
 from sktune.tuning.trial_writer import record_proposed, record_worker_at_ask
 
 N_STARTUP = 10  # random trials before TPE in a study without starting points

@@ -39,14 +39,14 @@ def mark_past_budget(trial: optuna.Trial) -> None:
 
 
 def record_worker(trial: optuna.Trial, tag: dict[str, Any]) -> None:
-    """Which process runs the trial (``storage.worker_tag``): a resumed run fails it if that one died."""
+    """Which process runs the trial (``workers.worker_tag``): a resumed run fails it if that one died."""
     trial.set_user_attr(TrialAttr.WORKER, tag)
 
 
 def record_worker_at_ask(study: optuna.Study, trial: FrozenTrial, tag: dict[str, Any]) -> None:
     """``record_worker`` as the trial is created (the sampler's ``before_trial``), where only
     the storage can take it: a run killed before the objective's first write left a RUNNING
-    trial that named no worker, which no later run could fail (storage.fail_orphaned_trials)."""
+    trial that named no worker, which no later run could fail (workers.fail_orphaned_trials)."""
     study._storage.set_trial_user_attr(trial._trial_id, TrialAttr.WORKER, tag)
 
 
@@ -141,7 +141,7 @@ def mark_stopped(trial: optuna.Trial) -> None:
 
 
 def mark_interrupted(storage: BaseStorage, trial_id: int) -> None:
-    """A RUNNING trial whose process was killed (``storage.fail_orphaned_trials``): it did
+    """A RUNNING trial whose process was killed (``workers.fail_orphaned_trials``): it did
     not fail because of its plan (reuse.py runs its plan again)."""
     storage.set_trial_user_attr(trial_id, TrialAttr.FAILURE, f"{INTERRUPTED} its sktune process was killed")
 

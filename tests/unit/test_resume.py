@@ -578,8 +578,8 @@ def test_a_trial_left_running_without_a_worker_tag_is_failed_once_past_the_grace
     RUNNING forever, and its starting point was never measured: no later run looked at it."""
     from datetime import datetime, timedelta
 
-    from sktune.tuning import storage as storage_module
-    from sktune.tuning.storage import GRACE_PERIOD_S, fail_orphaned_trials
+    from sktune.tuning import workers as workers_module
+    from sktune.tuning.workers import GRACE_PERIOD_S, fail_orphaned_trials
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     backend = optuna.storages.InMemoryStorage()
@@ -592,7 +592,7 @@ def test_a_trial_left_running_without_a_worker_tag_is_failed_once_past_the_grace
         def now(cls, tz: object = None) -> datetime:  # type: ignore[override]
             return datetime.now() + timedelta(seconds=GRACE_PERIOD_S + 1)
 
-    monkeypatch.setattr(storage_module, "datetime", Later)
+    monkeypatch.setattr(workers_module, "datetime", Later)
     assert fail_orphaned_trials(study, backend) == [0]
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
     assert "interrupted" in study.trials[0].user_attrs[TrialAttr.FAILURE]

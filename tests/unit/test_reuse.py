@@ -56,7 +56,7 @@ def test_a_failed_plan_is_not_retried_unless_its_run_was_killed(space: SearchSpa
     assert again.user_attrs[TrialAttr.FAILURE] == failed.user_attrs[TrialAttr.FAILURE]
     assert again.user_attrs[TrialAttr.REUSED_FROM] == failed.number
 
-    # A trial failed because its process was killed (storage.fail_orphaned_trials) says nothing about its plan.
+    # A trial failed because its process was killed (workers.fail_orphaned_trials) says nothing about its plan.
     study = optuna.create_study(direction="minimize")
     objective = make_objective(space, ScriptedWorker([result(0.7)]), ObjectiveRules(CHUNKS, 60.0), TARGETS, None)
     plan = space.decode(params).to_json()

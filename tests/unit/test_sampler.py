@@ -279,7 +279,7 @@ def test_a_trial_names_its_worker_as_optuna_creates_it(space: SearchSpace) -> No
     """Before the objective runs: a run killed between Optuna's ask and the objective's first
     write left a RUNNING trial that named no worker, which no later run could fail."""
     from sktune.tuning.sampler import make_sampler
-    from sktune.tuning.storage import worker_tag
+    from sktune.tuning.workers import worker_tag
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(sampler=make_sampler(0))
