@@ -35,10 +35,16 @@ def measure(model: Path, out: Annotated[Path, typer.Option("-o", "--out")],
             cache: Path = Path(".sktune/bench-cache")) -> None:
     """Exhaustively measure a small version of sktune's space for MODEL."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve() / "inductor"))
+    from sktune.backends.inductor import OPTIONS
     from sktune.benchlib.exhaustive import distinct_plans, measure_all, remeasure_top, save, small_space
+    from sktune.errors import SktuneError
     from sktune.plan import Plan
     from sktune.worker.runner import RunnerConfig, TrialRunner
 
+    # A name no graph offers is refused before the capture (one a graph lacks, after it: narrowed).
+    if unknown := sorted(set(option) - {o.name for o in OPTIONS}):
+        raise SktuneError(f"--option {', '.join(unknown)}: not an option of the inductor backend; its options: "
+                          f"{', '.join(o.name for o in OPTIONS)}")
     started = time.perf_counter()
     runner = TrialRunner(RunnerConfig(model_path=str(model), input_sets=input_sets,
                                       probe_cache=str(cache.resolve() / "exactness-probe.json")))

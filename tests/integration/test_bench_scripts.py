@@ -45,6 +45,8 @@ def test_the_scale_usage_line_runs() -> None:
     (("region_shapes.py", "split_stages", "0:x"), "a plan is FIRST:LAST op spans"),
     (("shared_batch_compile.py", "decoder_block"), "defines no input_shapes()"),
     (("search_efficiency.py", "measure", "studies/no_such.py", "-o", "x.json"), "model file not found"),
+    (("search_efficiency.py", "measure", "studies/quant_block.py", "-o", "x.json", "--option", "eager_ordr"),
+     "--option eager_ordr: not an option of the inductor backend"),
     (("exact_plans.py", "studies/decoder_serving.py", "--shape", "bs3"), "--shape: bs3 not among the shapes of"),
 ])
 def test_a_mistake_is_one_line_and_exit_code_1(args: tuple[str, ...], says: str) -> None:

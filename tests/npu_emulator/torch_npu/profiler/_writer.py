@@ -90,7 +90,6 @@ def step_lines(rows: list[Row], steps: bool) -> list[str]:
     out = []
     for step in sorted({r.step for r in rows}) if steps else [None]:
         mine = [r for r in ordered if r.step == step] if steps else ordered
-        start = mine[0].start_ns
         busy = sum(r.task.duration_ns for r in mine)  # tasks never overlap on one stream
         free = sum(idle_after.get(id(r), 0) for r in mine)
         label = "" if step is None else str(step)
