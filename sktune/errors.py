@@ -25,6 +25,32 @@ class ExportError(SktuneError):
     """A tuned result cannot be exported in the requested form (the message says why)."""
 
 
+#: What fixes a torch-npu that is installed but does not load: CANN's libraries are not found.
+SOURCE_CANN = ("source the CANN toolkit's environment first (its set_env.sh, by default "
+               "source /usr/local/Ascend/ascend-toolkit/set_env.sh)")
+
+
+def torch_npu_installed() -> bool:
+    """Whether a torch_npu package is there to import (it may still fail to load)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torch_npu") is not None
+
+
+def torch_extension_failed(exc: BaseException) -> str | None:
+    """The one-line message for ``import torch`` failing because an installed device extension
+    (torch-npu) did not load, as torch reports it (``_import_device_backends``); else None."""
+    import re
+
+    found = re.match(r"Failed to load the backend extension: ([\w.]*\w)", str(exc))
+    if not isinstance(exc, RuntimeError) or found is None:
+        return None
+    cause = exc.__cause__ or exc.__context__
+    why = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+    return (f"import torch failed: its device extension {found.group(1)} did not load{why}. On an Ascend host, "
+            f"{SOURCE_CANN}; to use sktune without it (--backend inductor), set TORCH_DEVICE_BACKEND_AUTOLOAD=0")
+
+
 class TorchNpuMissing(SktuneError):
     """torch-npu cannot be imported here (``reason``: why): no Ascend host, or no CANN."""
 

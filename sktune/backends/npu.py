@@ -49,7 +49,7 @@ from sktune.backends.npu_fusion import planned_vs_actual
 from sktune.backends.npu_meta import FAIL_REASONS, RECOGNISED_FORMS, meta_files
 from sktune.backends.npu_profiling import profile_runs
 from sktune.backends.npu_static_cache import static_cache_rule
-from sktune.errors import PlanError, SktuneError, TorchNpuMissing
+from sktune.errors import SOURCE_CANN, PlanError, SktuneError, TorchNpuMissing, torch_npu_installed
 from sktune.graph.markers import insert_scope_markers, scope_marker_ops
 from sktune.graph.opgraph import OpGraph
 from sktune.plan import Plan, check_plan
@@ -64,9 +64,10 @@ def torch_npu_version() -> str:
         import torch_npu  # optional extra: Ascend hosts with the CANN toolkit only
     except Exception as exc:
         reason = f"importing torch_npu failed: {type(exc).__name__}: {exc}"
+        fix = SOURCE_CANN if torch_npu_installed() else "pip install 'sktune[npu]'"
         raise TorchNpuMissing(
-            "the npu backend needs torch-npu on an Ascend host with the CANN toolkit "
-            f"(pip install 'sktune[npu]'); {reason}. On this machine use --backend inductor.", reason
+            f"the npu backend needs torch-npu on an Ascend host with the CANN toolkit; {reason}. To use it, "
+            f"{fix}; on a machine without an Ascend NPU use --backend inductor.", reason
         ) from exc
     return str(torch_npu.__version__)
 

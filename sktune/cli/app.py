@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import typer
+from rich.markup import escape
+
+from sktune.cli._errors import err_console
 
 from sktune.cli.doctor_cmd import doctor_command
 from sktune.cli.export_cmd import export_command
@@ -12,6 +16,7 @@ from sktune.cli.inspect_cmd import inspect_command
 from sktune.cli.profile_cmd import profile_command
 from sktune.cli.report_cmd import report_command
 from sktune.cli.run_cmd import run_command
+from sktune.errors import torch_extension_failed
 
 app = typer.Typer(
     name="sktune",
@@ -30,4 +35,11 @@ app.command("doctor")(doctor_command)
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    app()
+    try:
+        app()
+    except RuntimeError as exc:
+        # torch-npu installed and CANN not sourced: every ``import torch`` fails, in any command.
+        if (message := torch_extension_failed(exc)) is None or "--debug" in sys.argv:
+            raise
+        err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        raise SystemExit(1) from None

@@ -23,7 +23,7 @@ import torch
 from sktune.doctor import cache_checks, compile_checks, env_checks, meta_checks, profile_checks
 from sktune.doctor.records import COULD_NOT, CheckResult, DoctorReport, could_not, from_exception
 from sktune.doctor.session import DoctorSession
-from sktune.errors import SktuneError, TorchNpuMissing
+from sktune.errors import SOURCE_CANN, SktuneError, TorchNpuMissing, torch_npu_installed
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,10 @@ def run_doctor(timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[DoctorReport, Path
     try:
         backend = NpuBackend(for_trials=True)
     except TorchNpuMissing as exc:  # not run's advice (--backend inductor): doctor has nothing to check here
+        fix = (SOURCE_CANN if torch_npu_installed() else
+               "run it on the Ascend host where you will tune, with pip install 'sktune[npu]'")
         raise SktuneError(f"sktune doctor checks an Ascend host, and torch-npu cannot be used here ({exc.reason}); "
-                          "run it on the Ascend host where you will tune, with pip install 'sktune[npu]'") from None
+                          f"{fix}") from None
     with fresh_directory() as workdir:
         session = DoctorSession(backend)
         emulated = backend.emulated
