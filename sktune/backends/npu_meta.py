@@ -62,27 +62,49 @@ def read_effective_options(work_path: Path) -> EffectiveOptions:
     return EffectiveOptions("checked", path, used)
 
 
+def compare_options(requested: dict[str, Any], used: dict[str, Any]) -> tuple[list[str], list[tuple[str, bool]], int]:
+    """(keys requested and not in the dump, (difference, of an int?) seen, keys compared);
+    nested maps key by key."""
+    missing: list[str] = []
+    differ: list[tuple[str, bool]] = []
+    compared = 0
+    for key, want in requested.items():
+        if isinstance(want, dict) and isinstance(used.get(key), dict):
+            sub_missing, sub_differ, n = compare_options(want, used[key])
+            missing += [f"{key}.{k}" for k in sub_missing]
+            differ += [(f"{key}.{d}", is_int) for d, is_int in sub_differ]
+            compared += n
+        elif key not in used:
+            missing.append(key)
+        else:
+            compared += 1
+            if used[key] != want:
+                differ.append((f"{key}: requested {want!r}, used {used[key]!r}", isinstance(want, int)))
+    return missing, differ, compared
+
+
+def difference_cause(differ: list[tuple[str, bool]]) -> str:
+    """Only an int is clamped (to its default); a pattern list that differs was rewritten or dropped."""
+    ints = {is_int for _, is_int in differ}
+    return ("an out-of-range int is clamped to its default" if ints == {True} else
+            "a pattern list CANN rewrote or did not take up" if ints == {False} else
+            "ints clamped and pattern lists rewritten")
+
+
 def check_effective_options(requested: dict[str, Any], work_path: Path) -> EffectiveOptions:
-    """Raise ``NpuOptionError`` when a recognised dump shows other options than requested
-    (CANN clamps an out-of-range value to its default); otherwise say what was found."""
+    """Raise ``NpuOptionError`` when a recognised dump shows other options than requested;
+    otherwise say what was found. A key the dump leaves out is not compared: a dump may list
+    only what it set (``sktune doctor`` shows which keys a host's dump holds)."""
     found = read_effective_options(work_path)
     if found.used is None:
         return found
-    used, differ = found.used, []
-    for key, want in requested.items():
-        if key not in used:  # a dump may leave out what it did not set: nothing to compare
-            continue
-        have = used[key]
-        if isinstance(want, dict) and isinstance(have, dict):
-            differ += [f"{key}.{k}: requested {v!r}, used {have.get(k)!r}" for k, v in want.items() if have.get(k) != v]
-        elif have != want:
-            differ.append(f"{key}: requested {want!r}, used {have!r}")
+    _, differ, _ = compare_options(requested, found.used)
     if differ:
         raise NpuOptionError(
-            "CANN ran other SuperKernel options than requested (" + "; ".join(differ) + f"; from {found.path}): "
-            "an out-of-range value is clamped to its default")
+            "CANN ran other SuperKernel options than requested (" + "; ".join(text for text, _ in differ)
+            + f"; from {found.path}): {difference_cause(differ)}")
     return found
 
 
-__all__ = ["FAIL_REASONS", "RECOGNISED_FORMS", "EffectiveOptions", "check_effective_options", "meta_files",
-           "read_effective_options"]
+__all__ = ["FAIL_REASONS", "RECOGNISED_FORMS", "EffectiveOptions", "check_effective_options", "compare_options",
+           "difference_cause", "meta_files", "read_effective_options"]

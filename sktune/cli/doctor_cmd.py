@@ -19,7 +19,9 @@ from sktune.cli._paths import check_output
 if TYPE_CHECKING:
     from sktune.doctor.records import DoctorReport
 
-_STYLE = {"confirmed": "green", "differs": "yellow", "could not check": "red"}
+_STYLE = {"confirmed": "green", "differs": "yellow", "could not check": "red", "info": "cyan"}
+#: A day per check: a float past it (inf, 1e10) would overflow the thread join's timeout.
+MAX_TIMEOUT_S = 86400.0
 
 
 def doctor_command(
@@ -27,12 +29,14 @@ def doctor_command(
         help="The backend whose assumptions to check (default: the one that has a doctor).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: device, emulated, checks.")] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the JSON to this file.")] = None,
-    timeout: Annotated[float, typer.Option(min=1.0, help="Seconds one check may take (a hang ends at it).")] = 900.0,
+    timeout: Annotated[float, typer.Option(min=1.0, max=MAX_TIMEOUT_S,
+                                           help="Seconds one check may take (a hang ends at it).")] = 900.0,
     debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
 ) -> None:
     """Run a tiny model through every guess sktune makes about torch-npu and CANN (markers,
     options, sk_meta, profiles, fail reasons, static-kernel cache, hang trace, versions);
-    one row per check: confirmed / differs: ... / could not check: ... Exit 0 when it ran."""
+    one row per check: confirmed / differs: ... / could not check: ... (info: shown, not compared).
+    Exit 0 when it ran."""
     from sktune.backends import REGISTRY, backend_class
 
     checked = [name for name in REGISTRY if backend_class(name).has_doctor]
@@ -63,6 +67,18 @@ def doctor_command(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def summary(report: DoctorReport) -> str:
+    """Counts by status, the rows that are not confirmed named: ``12 confirmed, 1 differs (x), ...``."""
+    parts = []
+    for kind in _STYLE:
+        names = [r.name for r in report.checks if r.kind == kind]
+        if kind == "info" and not names:
+            continue
+        named = f" ({', '.join(names)})" if names and kind != "confirmed" else ""
+        parts.append(f"{len(names)} {kind}{named}")
+    return ", ".join(parts)
 
 
 def _write(path: Path, text: str) -> str | None:
@@ -109,10 +125,8 @@ def _print(report: DoctorReport, workdir: Path, output: Path | None) -> None:
     else:  # a file or a pipe, pasted into an issue: one line a check, no table folded at 80 columns
         console.print(title, highlight=False, markup=False)
         for row in report.checks:
-            console.print(f"{row.name}: {row.status} | {row.detail}", highlight=False, markup=False,
-                          soft_wrap=True)
-    counts = {kind: sum(r.kind == kind for r in report.checks) for kind in _STYLE}
-    console.print(", ".join(f"{n} {kind}" for kind, n in counts.items()) + f"; files of this run: {workdir}",
-                  highlight=False, soft_wrap=True)
+            line = f"{row.name}: {row.status}" + (f" | {row.detail}" if row.detail else "")
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    console.print(summary(report) + f"; files of this run: {workdir}", highlight=False, soft_wrap=True)
     hint = f"wrote {output}" if output else "attach `sktune doctor --json -o doctor.json` to a report"
     console.print(hint, highlight=False, soft_wrap=True)

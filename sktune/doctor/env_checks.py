@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from sktune.doctor.records import CheckResult, confirmed, could_not, differs
+from sktune.doctor.records import CheckResult, confirmed, could_not, differs, info
 from sktune.doctor.session import DoctorSession
 from sktune.plan import Plan
 
@@ -32,21 +32,38 @@ def check_versions(session: DoctorSession) -> CheckResult:
 def judge_versions(torch_version: str, npu_version: str, key_set: str, emulated: bool) -> CheckResult:
     name = "versions"
     seen = f"torch {torch_version}, torch-npu {npu_version}{' (emulated)' if emulated else ''}, key set {key_set}"
-    if key_set != "full":
-        return differs(name, f"torch-npu {npu_version} has the old SuperKernel key set: only scopes are searched",
-                       seen)
     # Each torch-npu release pins its torch (docs/npu_api.md, "Install and import"); the
     # emulator stands in for any torch-npu on the torch that is installed: nothing to check.
+    unpinned = None if emulated or _release(torch_version) == _release(npu_version) else (
+        f"torch {torch_version} is not the torch torch-npu {npu_version} pins ({_release(npu_version)}.*)")
+    if key_set != "full":  # the pin is checked on old releases too: both findings in one row
+        old = f"torch-npu {npu_version} has the old SuperKernel key set: only scopes are searched"
+        return differs(name, old + (f"; {unpinned}" if unpinned else ""), seen)
     if emulated:
         return could_not(name, "emulated: the emulator stands in for any torch-npu, so the torch it pins is "
                          "not checked", seen)
-    if _release(torch_version) != _release(npu_version):
-        return differs(name, f"torch {torch_version} is not the torch torch-npu {npu_version} pins "
-                       f"({_release(npu_version)}.*)", seen)
+    if unpinned:
+        return differs(name, unpinned, seen)
     return confirmed(name, seen)
 
 
+def check_device(session: DoctorSession) -> CheckResult:
+    """The device answers before any check relies on it: torch.npu says it is there, and the
+    tiny model and its unfused reference run on it. Not a row: the device rows say its cause."""
+    name = "device"
+    device = session.backend.device
+    npu = getattr(torch, "npu", None)
+    if npu is None or not npu.is_available():
+        return could_not(name, f"torch.npu.is_available() is False (tensors go to {device!r})")
+    try:
+        session.reference_call()()  # builds the tiny model on the device and runs its reference once
+    except Exception as exc:
+        return could_not(name, f"the tiny model does not run on {device!r}: {type(exc).__name__}: {exc}")
+    return confirmed(name, f"the tiny model's unfused reference ran on {device!r}")
+
+
 def check_cann_version(session: DoctorSession) -> CheckResult:
+    """Shown, not judged: docs/npu_api.md names no CANN release to compare with."""
     if session.backend.emulated:  # no toolkit to read: saying "confirmed" would claim a CANN that is not there
         return could_not("cann_version", "emulated: no CANN toolkit is read (the Ascend is the test emulator)")
     return judge_cann_version(cann_version_files())
@@ -72,7 +89,7 @@ def judge_cann_version(found: list[tuple[Path, str | None]]) -> CheckResult:
     if not versions:
         return differs(name, f"{found[0][0]} has no version= line")
     path, version = versions[0]
-    return confirmed(name, f"CANN {version} (from {path})")
+    return info(name, f"CANN {version} (from {path}); not compared: sktune's notes name no CANN release")
 
 
 def _install_infos(root: Path) -> list[Path]:
@@ -110,11 +127,14 @@ def trace_dir() -> Path:
 
 
 def judge_trace_dir(path: Path, mismatched: bool) -> CheckResult:
+    """What is checked is the option; the location is sktune's reading of CANN, never observed
+    (doctor never hangs the device), so the row names it as where a trace is looked for."""
     name = "hang_trace_path"
     existing = next((p for p in (path, *path.parents) if p.exists()), None)
-    where = f"a hang's per-core trace would go to {path}"
+    where = (f"sktune looks for a hang's per-core trace in {path} (where it reads CANN to write it; no trace was "
+             "seen: doctor never hangs the device)")
     if existing is None or not os.access(existing, os.W_OK):
-        return differs(name, f"{existing or path} is not writable: {where} but could not be written")
+        return differs(name, f"{existing or path} is not writable: {where}")
     if mismatched:
         return differs(name, "debug_op_exec_trace=1 changed the outputs (not bitwise equal to the reference)", where)
     state = "exists" if existing == path else f"not there yet; {existing} is writable"

@@ -49,18 +49,43 @@ def judge_profile_columns(header: tuple[str, ...]) -> CheckResult:
 
 
 def check_superkernel_rows(session: DoctorSession) -> CheckResult:
+    from sktune.measure.ascend_parsers import read_kernel_details
+
     planned = [s.name for s in session.tiny.placement if s.name]
-    return judge_superkernel_rows(planned, list(session.profile().superkernels))
+    seen = session.profile()
+    kernels = read_kernel_details(seen.kernel_details)
+    named: list[tuple[str, str]] = []
+    if not seen.superkernels:  # none of Type SuperKernel: are they there under another Type?
+        rows = kernels[kernels["name"].astype(str).str.startswith("sk_") & ~kernels["is_marker"]]
+        named = list(dict.fromkeys(zip(rows["name"].astype(str), rows["type"].astype(str))))
+    # time_batches alternates reference and candidate, reference first: its steps must not fuse.
+    steps = sorted(int(s) for s in kernels["step"].dropna().unique())
+    baseline = kernels[kernels["step"].isin(steps[0::2]) & kernels["is_superkernel"]]
+    return judge_superkernel_rows(planned, list(seen.superkernels), named,
+                                  sorted(set(baseline["name"].astype(str))))
 
 
-def judge_superkernel_rows(planned: list[str], rows: list[dict[str, Any]]) -> CheckResult:
-    """Each planned scope has a SuperKernel row whose name reads in the index-first form."""
+def judge_superkernel_rows(planned: list[str], rows: list[dict[str, Any]],
+                           sk_named: list[tuple[str, str]] | None = None,
+                           in_baseline: list[str] | None = None) -> CheckResult:
+    """Each planned scope has a SuperKernel row whose name reads in the index-first form, and
+    none is in a reference (unfused) step. ``sk_named``: (name, Type) of the rows named
+    ``sk_*``, looked at when none has Type SuperKernel."""
     from sktune.measure.sk_names import fused_scopes, parse_superkernel_name
 
     name = "superkernel_rows"
     names = [str(r.get("name", "")) for r in rows]
+    if in_baseline:
+        return differs(name, f"SuperKernel rows in the unfused reference's steps: {'; '.join(in_baseline[:3])}",
+                       "the reference compiles with super_kernel_optimize=False")
+    if not names and sk_named:
+        types = sorted({t for _, t in sk_named})
+        shown = "; ".join(f"{n} (Type {t})" for n, t in sk_named[:4])
+        return differs(name, f"no row of Type SuperKernel, but {len(sk_named)} rows named sk_* carry Type "
+                             f"{', '.join(types)}: {shown}", "sktune counts SuperKernels by Type SuperKernel")
     if not names:
-        return differs(name, "no SuperKernel rows in kernel_details.csv: nothing was fused")
+        return differs(name, "no SuperKernel rows in kernel_details.csv (no row of Type SuperKernel, none named "
+                             "sk_*): nothing was fused")
     fused, automatic = fused_scopes(rows, planned)
     missing = [s for s in planned if s not in fused]
     index_first = [n for n in names if _index_first(n, planned, parse_superkernel_name)]

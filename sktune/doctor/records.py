@@ -1,8 +1,9 @@
-"""What one doctor check reports: a frozen record with one of three statuses.
+"""What one doctor check reports: a frozen record with one of four statuses.
 
 ``confirmed``: what sktune (and the emulated Ascend of its tests) assumes held here.
 ``differs: <what was seen>``: the check ran and saw something else; a finding, not a crash.
 ``could not check: <why>``: the check did not get as far as an observation.
+``info``: a value read and shown, compared with nothing (never called "confirmed").
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from typing import Any
 CONFIRMED = "confirmed"
 DIFFERS = "differs: "
 COULD_NOT = "could not check: "
+INFO = "info"
+#: ``kind`` as the JSON writes it: one word each, so readers need not prefix-match statuses.
+JSON_KINDS = {CONFIRMED: "confirmed", "differs": "differs", "could not check": "could_not_check", INFO: "info"}
 
 
 @dataclass(frozen=True)
@@ -25,13 +29,13 @@ class CheckResult:
 
     @property
     def kind(self) -> str:
-        """``confirmed``, ``differs`` or ``could not check``."""
-        if self.status == CONFIRMED:
-            return CONFIRMED
+        """``confirmed``, ``differs``, ``could not check`` or ``info``."""
+        if self.status in (CONFIRMED, INFO):
+            return self.status
         return "differs" if self.status.startswith(DIFFERS) else "could not check"
 
     def to_json(self) -> dict[str, str]:
-        return asdict(self)
+        return {**asdict(self), "kind": JSON_KINDS[self.kind]}
 
 
 def confirmed(name: str, detail: str) -> CheckResult:
@@ -46,6 +50,10 @@ def could_not(name: str, why: str, detail: str = "") -> CheckResult:
     return CheckResult(name, COULD_NOT + _one_line(why), detail)
 
 
+def info(name: str, detail: str) -> CheckResult:
+    return CheckResult(name, INFO, detail)
+
+
 def from_exception(name: str, exc: BaseException) -> CheckResult:
     """An exception inside a check: its row says so, and nothing else is affected."""
     text = str(exc).strip() or "(no message)"
@@ -53,22 +61,24 @@ def from_exception(name: str, exc: BaseException) -> CheckResult:
 
 
 def is_valid_status(status: str) -> bool:
-    """One of the three forms, with a non-empty reason after the colon."""
-    if status == CONFIRMED:
+    """One of the four forms, with a non-empty reason after the colon."""
+    if status in (CONFIRMED, INFO):
         return True
     return any(status.startswith(p) and status[len(p):].strip() for p in (DIFFERS, COULD_NOT))
 
 
 @dataclass(frozen=True)
 class DoctorReport:
-    """Every check's row, with the device they ran on."""
+    """Every check's row, with the device they ran on and the directory holding the run's files."""
 
     device: str
     emulated: bool
     checks: tuple[CheckResult, ...]
+    workdir: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "emulated": self.emulated, "checks": [c.to_json() for c in self.checks]}
+        return {"device": self.device, "emulated": self.emulated, "workdir": self.workdir,
+                "checks": [c.to_json() for c in self.checks]}
 
 
 def _one_line(text: str, limit: int = 600) -> str:
@@ -76,5 +86,5 @@ def _one_line(text: str, limit: int = 600) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-__all__ = ["CONFIRMED", "COULD_NOT", "DIFFERS", "CheckResult", "DoctorReport", "confirmed", "could_not", "differs",
-           "from_exception", "is_valid_status"]
+__all__ = ["CONFIRMED", "COULD_NOT", "DIFFERS", "INFO", "JSON_KINDS", "CheckResult", "DoctorReport", "confirmed",
+           "could_not", "differs", "from_exception", "info", "is_valid_status"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from sktune.doctor import cache_checks, compile_checks, env_checks, meta_checks, profile_checks
-from sktune.doctor.records import COULD_NOT, CheckResult, DoctorReport, could_not, from_exception
+from sktune.doctor.records import CONFIRMED, COULD_NOT, CheckResult, DoctorReport, could_not, from_exception
 from sktune.doctor.session import DoctorSession
 from sktune.errors import SOURCE_CANN, SktuneError, TorchNpuMissing, torch_npu_installed
 
@@ -56,6 +56,8 @@ CHECKS: tuple[Check, ...] = (
     Check("hang_trace_path", env_checks.check_hang_trace_path),
 )
 CHECK_NAMES = tuple(c.name for c in CHECKS)
+#: Runs before the first device check: an unusable device is one cause, not a row of refusals each.
+DEVICE_PROBE = Check("device", env_checks.check_device)
 
 
 def run_one(check: Check, session: DoctorSession, timeout_s: float) -> CheckResult | None:
@@ -80,18 +82,35 @@ def run_one(check: Check, session: DoctorSession, timeout_s: float) -> CheckResu
     return replace(box[0], name=check.name)
 
 
-def run_checks(session: DoctorSession, checks: Sequence[Check] = CHECKS,
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[CheckResult, ...]:
+def _timed_out(name: str, timeout_s: float) -> CheckResult:
+    return could_not(name, f"timed out after {timeout_s:g} s (a hang? a slower host needs a larger --timeout)")
+
+
+def run_checks(session: DoctorSession, checks: Sequence[Check] = CHECKS, timeout_s: float = DEFAULT_TIMEOUT_S,
+               probe: Check | None = None) -> tuple[CheckResult, ...]:
+    """Each check in turn; ``probe`` (a device check) runs before the first device check, and
+    when it is not ``confirmed`` every device row says the device is not usable instead."""
     results: list[CheckResult] = []
     hung: str | None = None
+    unusable: str | None = None
     for check in checks:
+        if probe is not None and check.device:
+            seen = run_one(probe, session, timeout_s)
+            probe = None
+            if seen is None:  # its thread may hold the device: nothing after it is run
+                unusable = f"the device check timed out after {timeout_s:g} s; a slow host needs a larger --timeout"
+            elif seen.kind != CONFIRMED:
+                unusable = seen.status.removeprefix(COULD_NOT)
+        if unusable is not None and check.device:
+            results.append(could_not(check.name, f"the device is not usable ({unusable})"))
+            continue
         if hung is not None and check.device:
             results.append(could_not(check.name, f"skipped: {hung} did not finish, the device may be hung"))
             continue
         result = run_one(check, session, timeout_s)
         if result is None:
             hung = check.name
-            result = could_not(check.name, f"timed out after {timeout_s:g} s (a hang?)")
+            result = _timed_out(check.name, timeout_s)
         results.append(result)
     return tuple(results)
 
@@ -123,16 +142,16 @@ def run_doctor(timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[DoctorReport, Path
     with fresh_directory() as workdir:
         session = DoctorSession(backend)
         emulated = backend.emulated
-        results = run_checks(session, timeout_s=timeout_s)
+        results = run_checks(session, timeout_s=timeout_s, probe=DEVICE_PROBE)
     if emulated:  # every row says so (README, "The emulated Ascend")
         results = tuple(replace(r, detail=f"(emulated) {r.detail}".rstrip()) for r in results)
     device = "npu-emulator" if emulated else backend.environment()["device"] or "npu"
-    return DoctorReport(device, emulated, results), workdir
+    return DoctorReport(device, emulated, results, str(workdir)), workdir
 
 
 def timed_out(report: DoctorReport) -> bool:
     """A check was left running (its thread may hold the device)."""
-    return any(r.status.startswith(TIMED_OUT) for r in report.checks)
+    return any(r.status.startswith(TIMED_OUT) or "device check timed out" in r.status for r in report.checks)
 
 
-__all__ = ["CHECKS", "CHECK_NAMES", "DEFAULT_TIMEOUT_S", "Check", "run_checks", "run_doctor", "run_one", "timed_out"]
+__all__ = ["CHECKS", "CHECK_NAMES", "DEFAULT_TIMEOUT_S", "DEVICE_PROBE", "Check", "run_checks", "run_doctor", "run_one", "timed_out"]

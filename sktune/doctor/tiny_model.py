@@ -66,8 +66,10 @@ def capture_tiny(device: str) -> TinyGraph:
     # Cut by op type, not index: another torch may capture the chain with other node names.
     tail = _first(targets, "sigmoid", last // 2)
     gather = _first(targets, "index_select", last)
-    placement = (Scope(0, tail - 1, "doctor_norm"), Scope(tail, last, "doctor_tail"))
-    other = (Scope(0, gather - 1, "doctor_front"), Scope(gather, last, "doctor_gather"))
+    # The names the search gives scopes (sk<k>, space/search_space.py): the SuperKernel row
+    # names CANN builds from them are the ones a study will parse.
+    placement = (Scope(0, tail - 1, "sk0"), Scope(tail, last, "sk1"))
+    other = (Scope(0, gather - 1, "sk0"), Scope(gather, last, "sk1"))
     for scopes in (placement, other):
         for scope in scopes[:-1]:
             if scope.last_op not in graph.boundaries:

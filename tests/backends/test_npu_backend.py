@@ -238,8 +238,11 @@ def test_effective_options_dump_forms(tmp_path, where: str) -> None:
     dump = tmp_path / where / "sk_options.json"
     dump.parent.mkdir(parents=True)
     dump.write_text(json.dumps({"super_kernel_optimize_options": {"early_start": 0, "dcci_after_kernel_end": [".*"]}}))
-    with pytest.raises(NpuOptionError, match=r"early_start: requested 1, used 0"):
+    with pytest.raises(NpuOptionError, match=r"early_start: requested 1, used 0.*int is clamped"):
         check_effective_options({"early_start": 1, "dcci_after_kernel_end": [".*"]}, tmp_path)
+    # A pattern list is not clamped: the message does not blame clamping for it.
+    with pytest.raises(NpuOptionError, match=r"dcci_after_kernel_end: .*a pattern list CANN rewrote"):
+        check_effective_options({"early_start": 0, "dcci_after_kernel_end": [".*Gather.*"]}, tmp_path)
     assert check_effective_options({"early_start": 0, "split_mode": 2}, tmp_path).status == "checked"
 
 

@@ -47,14 +47,16 @@ def doctor_json(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_every_check_runs_and_is_confirmed_under_the_emulator(doctor_json: dict) -> None:
     data = doctor_json["data"]
-    assert set(data) == {"device", "emulated", "checks"}
+    assert set(data) == {"device", "emulated", "workdir", "checks"}
+    assert Path(data["workdir"]).is_absolute() and Path(data["workdir"]).is_dir()
     assert data["device"] == "npu-emulator" and data["emulated"] is True
     assert [c["name"] for c in data["checks"]] == list(CHECK_NAMES)
     # What the emulator cannot stand for (a CANN toolkit, the torch a real torch-npu pins) is
     # "could not check", never "confirmed".
     unchecked = {"versions": "the torch it pins is not checked", "cann_version": "no CANN toolkit is read"}
     for check in data["checks"]:
-        assert set(check) == {"name", "status", "detail"}
+        assert set(check) == {"name", "status", "detail", "kind"}
+        assert check["kind"] == records.JSON_KINDS[records.CheckResult("x", check["status"]).kind], check
         assert records.is_valid_status(check["status"]), check
         if check["name"] in unchecked:
             assert check["status"].startswith("could not check: emulated") and unchecked[check["name"]] in \
@@ -74,7 +76,8 @@ def test_the_table_names_every_check(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert [line.split(":", 1)[0] for line in lines[1:len(CHECK_NAMES) + 1]] == list(CHECK_NAMES)
     assert any(line.startswith("marker_pairing: confirmed | (emulated) paired markers") for line in lines)
-    assert any(line.startswith("12 confirmed") and "files of this run: " in line for line in lines)
+    assert any(line.startswith("12 confirmed, 0 differs, 2 could not check (versions, cann_version)")
+               and "files of this run: " in line for line in lines)
 
 
 def test_an_old_key_set_release_still_runs_every_check_it_can(tmp_path: Path) -> None:
@@ -86,8 +89,12 @@ def test_an_old_key_set_release_still_runs_every_check_it_can(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr[-3000:]
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert not any("NpuOptionError" in c["status"] + c["detail"] for c in checks.values()), checks
-    for name in ("marker_pairing", "options_accepted", "sk_meta_location", "profile_columns", "superkernel_rows"):
+    for name in ("options_accepted", "sk_meta_location", "profile_columns", "superkernel_rows"):
         assert checks[name]["status"] == "confirmed", checks[name]
+    # Without dcci keys the emulated gather reads stale scalars: the main run's wrong result is
+    # reported in a row that always runs, not lost behind the cache rows' "could not check".
+    assert checks["marker_pairing"]["kind"] == "differs" and "not bitwise equal" in checks["marker_pairing"]["status"]
+    assert "refused" in checks["marker_pairing"]["detail"]
     assert checks["versions"]["status"].startswith("differs: ") and "old SuperKernel key set" in checks["versions"]["status"]
     for name in ("static_cache_option_sets", "static_cache_scope_placements"):  # the cause, not "cannot tell a hit"
         assert checks[name]["status"].startswith("could not check: ") and "by the op hash alone" in checks[name]["status"]
@@ -134,14 +141,15 @@ def test_a_cache_miss_where_a_hit_was_expected_differs() -> None:
 
 
 def test_meta_findings_that_differ(tmp_path: Path) -> None:
-    absent = judge_effective_options("absent", "", "no sk_options.json under x/sk_meta", "absent")
+    absent = judge_effective_options("absent", None, "no sk_options.json under x/sk_meta", {"a": 1}, None)
     assert absent.kind == "differs" and "effective_options_checked: false" in absent.detail
     log = tmp_path / "sk_fusion_fail_reasons.log"
     unknown = judge_fail_reason_log([log], [("NEW_CANN_REASON", "Node [..] reason: NEW_CANN_REASON, x")])
     assert unknown.kind == "differs" and "reason: NEW_CANN_REASON, x" in unknown.status
     assert judge_fail_reason_log([log], [("DEFAULT_NODE", "reason: DEFAULT_NODE")]).kind == "confirmed"
     assert judge_fail_reason_log([], []).kind == "differs"
-    stray = judge_sk_meta_location(tmp_path / "work", [], [tmp_path / "sk_meta" / "sk_fusion_fail_reasons.log"])
+    stray = judge_sk_meta_location(tmp_path / "work", [], [tmp_path / "sk_meta" / "sk_fusion_fail_reasons.log"], [],
+                                   "not reached")
     assert stray.kind == "differs" and "working directory instead" in stray.status
 
 
@@ -168,6 +176,7 @@ def test_an_exception_is_its_rows_could_not_check_and_a_hang_is_bounded() -> Non
     assert rows["raises"].status == "could not check: ValueError: boom"
     assert rows["fine"].status == "confirmed"
     assert rows["hangs"].status.startswith("could not check: timed out after 0.5 s")
+    assert "--timeout" in rows["hangs"].status
     assert rows["after"].status.startswith("could not check: skipped: hangs did not finish")
     assert rows["host_only"].status == "confirmed"
     assert all(records.is_valid_status(r.status) for r in rows.values())
@@ -183,7 +192,8 @@ def test_cann_version_is_read_where_torch_npu_reads_it(tmp_path: Path, monkeypat
     monkeypatch.delenv("ASCEND_TOOLKIT_HOME", raising=False)
     monkeypatch.setattr(env_checks, "DEFAULT_TOOLKIT", tmp_path / "absent")
     found = env_checks.judge_cann_version(env_checks.cann_version_files())
-    assert found.kind == "confirmed" and "CANN 8.2.RC1" in found.detail
+    # Shown, not compared with anything: never "confirmed".
+    assert found.kind == "info" and found.to_json()["kind"] == "info" and "CANN 8.2.RC1" in found.detail
     monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path / "absent"))
     assert env_checks.judge_cann_version(env_checks.cann_version_files()).kind == "could not check"
 
@@ -216,3 +226,16 @@ def test_step_trace_free_is_judged_against_both_readings_of_the_idle() -> None:
     own = judge_step_trace_free(kernels, trace(5.0, 5.0))
     assert own.kind == "differs" and "between each step's own kernels only" in own.status
     assert judge_step_trace_free(kernels, trace(30.0, 5.0)).kind == "differs"
+
+
+def test_an_unusable_device_is_said_once_per_row_not_as_refusals(tmp_path: Path) -> None:
+    """Tensors sent to a device torch cannot use: the device rows give that cause, not
+    "a graph with paired sktune markers was refused"."""
+    env = {**_env(tmp_path), "SKTUNE_NPU_DEVICE": "npu"}
+    result = sktune("doctor", "--json", cwd=tmp_path, env=env, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    for name in ("marker_pairing", "options_accepted", "superkernel_rows", "hang_trace_path"):
+        assert checks[name]["status"].startswith("could not check: the device is not usable (the tiny model does "
+                                                 "not run on 'npu'"), checks[name]
+    assert checks["versions"]["status"].startswith("could not check: emulated"), checks["versions"]
