@@ -179,9 +179,11 @@ def _failure(item: dict[str, Any], ops: list[dict[str, Any]]) -> str:
         parts.append(f"<p>diagnosis rerun: {esc(diag.get('outcome', ''))}; {esc(diag.get('where', ''))}</p>")
     mm: pd.DataFrame = item["mismatches"]
     if not mm.empty:
-        parts.append(table(["input set", "output", "elements differing", "first index", "max ULP", "detail"], (
-            [cell(m.input_set), cell(m.output_index), cell(m.count), cell(m.first_index),
-             cell(m.max_ulp), cell(m.detail)] for m in mm.itertuples())))
+        shaped = "shape" in mm.columns  # a multi-shape study: where each mismatch was seen
+        parts.append(table([*(["shape"] if shaped else []), "input set", "output", "elements differing",
+                            "first index", "max ULP", "detail"], (
+            [*([cell(m.shape)] if shaped else []), cell(m.input_set), cell(m.output_index), cell(m.count),
+             cell(m.first_index), cell(m.max_ulp), cell(m.detail)] for m in mm.itertuples())))
     anchor = f" ({esc(item['anchor'])})" if item.get("anchor") else ""
     # A recorded reason often begins with its kind ("hang: no answer within 1 s"): said once.
     reason = str(item["reason"]).removeprefix(f"{item['kind']}:").strip()
@@ -195,8 +197,8 @@ def _failures(study: optuna.Study) -> str:
     head = '<h2 id="failures">6. Failures</h2>'
     if not items:
         return head + "<p>None: every trial completed with bitwise-exact outputs.</p>"
-    failed = [i for i in items if i["kind"] not in ("mismatch", "interrupted")]
-    mismatched = [i for i in items if i["kind"] == "mismatch"]
+    failed = [i for i in items if i["kind"] not in ("mismatch", "verify-only", "interrupted")]
+    mismatched = [i for i in items if i["kind"] in ("mismatch", "verify-only")]
     stopped = [i for i in items if i["kind"] == "interrupted"]
     out = head
     out += f"<h3>Hangs, crashes and errors ({len(failed)})</h3>" + (
@@ -207,7 +209,9 @@ def _failures(study: optuna.Study) -> str:
                 + esc(", ".join(f"#{i['trial']}" + (f" ({i['anchor']})" if i["anchor"] else "") for i in stopped))
                 + "</p>")
     out += (f"<h3>Mismatches ({len(mismatched)})</h3><p>Outputs not bitwise equal to the unfused run: "
-            "which output, how many elements differ, the largest distance in units in the last place.</p>")
+            "which output (at which shape, where several are tuned), how many elements differ, the largest "
+            "distance in units in the last place; a finalist exact where tuned but not at a verify-only shape "
+            "says which.</p>")
     return out + ("".join(_failure(i, ops) for i in mismatched) or "<p>None.</p>")
 
 

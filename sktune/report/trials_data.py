@@ -14,8 +14,9 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from sktune.tuning.records import (TrialAttr, TrialRecord, feasible_trials, has_ratio, interrupted, is_feasible,
-                                   is_yardstick, records, stopped_failure)
+from sktune.tuning.records import (TrialAttr, TrialRecord, feasible_trials, has_ratio, interrupted, is_yardstick,
+                                   records, stopped_failure)
+from sktune.tuning.verified import describe_failure, first_failure, not_bitwise_at, verified_outcomes
 
 FINISHED = ("COMPLETE", "FAIL", "PRUNED")
 _FAILURE_KINDS = ("hang", "crash", "error", "interrupted")
@@ -35,12 +36,15 @@ def _status(r: TrialRecord) -> str:
     return "exact" if r.feasible else "not exact"
 
 
-def _bitwise(r: TrialRecord) -> str:
-    """The trials table's bitwise cell: a yardstick says the one shape it was checked at."""
+def _bitwise(r: TrialRecord, verify_failed: list[str] | None = None) -> str:
+    """The trials table's bitwise cell: a yardstick says the one shape it was checked at, a plan
+    turned down at a verify-only shape says where (``verify_failed``: where this trial was)."""
     if r.state != "COMPLETE":
         return ""
     if r.yardstick is not None:
         return f"yes, at {r.yardstick} only" if r.exact else f"no, at {r.yardstick}"
+    if r.turned_down:
+        return f"no, at verify-only {', '.join(verify_failed)}" if verify_failed else "no, at a verify-only shape"
     return "yes" if r.feasible else "no"
 
 
@@ -106,11 +110,12 @@ def parallel(study: optuna.Study) -> tuple[pd.DataFrame, list[str]]:
     # A shape's yardstick is timed at that shape alone: its ratio is on another scale (trials table).
     trials = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
               if has_ratio(t) and not is_yardstick(t)]
+    feasible = {r.number for r in records(study) if r.feasible}  # a verify-only shape may turn one down
     names: list[str] = []
     for t in trials:
         names += [p for p in t.params if p not in names]
     varying = [p for p in names if len({repr(t.params.get(p)) for t in trials}) > 1]
-    rows = [{"number": t.number, "ratio": t.value, "bitwise": is_feasible(t),
+    rows = [{"number": t.number, "ratio": t.value, "bitwise": t.number in feasible,
              **{p: t.params.get(p) for p in varying}} for t in trials]
     return pd.DataFrame(rows, columns=["number", "ratio", "bitwise", *varying]), varying
 
@@ -122,21 +127,25 @@ def _mismatch_line(mismatches: list[dict[str, Any]]) -> str:
         return ""
     worst = max((m.get("max_ulp") or 0 for m in mismatches), default=0)
     sets = len({m.get("input_set") for m in mismatches})
-    return f"{len(mismatches)} output mismatch(es) on {sets} input set(s), max ULP {worst}"
+    shapes = sorted({m["shape"] for m in mismatches if m.get("shape")})  # a multi-shape study's
+    at = f" at shape {', '.join(shapes)}" if shapes else ""
+    return f"{len(mismatches)} output mismatch(es){at} on {sets} input set(s), max ULP {worst}"
 
 
 def trials_table(study: optuna.Study) -> pd.DataFrame:
     """Every finished trial: state, anchor, step time, ratio with interval, bitwise, failure reason."""
     rows = []
+    recorded = {r.number: r for r in records(study)}
+    verify_failed = not_bitwise_at(study)
     for t in study.get_trials(deepcopy=False):
         if t.state.name not in FINISHED:
             continue
-        r = TrialRecord.of(t)
+        r = recorded[t.number]
         lo, hi = r.ratio_ci or (None, None)
         rows.append({"number": t.number, "state": t.state.name, "anchor": t.user_attrs.get(TrialAttr.ANCHOR, ""),
                      "step_s": r.candidate_s, "baseline_s": r.baseline_s,
                      "ratio": r.ratio, "ratio_lo": lo, "ratio_hi": hi,
-                     "bitwise": _bitwise(r),
+                     "bitwise": _bitwise(r, verify_failed.get(t.number)),
                      "reason": r.failure or _mismatch_line(t.user_attrs.get(TrialAttr.MISMATCHES) or [])})
     return pd.DataFrame(rows, columns=["number", "state", "anchor", "step_s", "baseline_s", "ratio",
                                        "ratio_lo", "ratio_hi", "bitwise", "reason"])
@@ -146,9 +155,12 @@ def failures(study: optuna.Study) -> list[dict[str, Any]]:
     """Mismatching trials (outputs, element counts, max ULP) and failed ones (hang, crash,
     error), each with its plan and, when recorded, the smallest failing range."""
     out = []
+    verified = verified_outcomes(study)
     for t in study.get_trials(deepcopy=False):
         mismatches = t.user_attrs.get(TrialAttr.MISMATCHES) or []
-        if t.state == optuna.trial.TrialState.FAIL:
+        if t.state == optuna.trial.TrialState.COMPLETE and not mismatches and first_failure(verified.get(t.number, {})):
+            kind, reason = "verify-only", describe_failure(t.number, verified[t.number])["why"]
+        elif t.state == optuna.trial.TrialState.FAIL:
             reason = str(t.user_attrs.get(TrialAttr.FAILURE) or "interrupted: its run stopped before it said why")
             head = reason.split(":", 1)[0].strip()
             kind = "interrupted" if interrupted(t) else head if head in _FAILURE_KINDS else "error"
@@ -156,8 +168,9 @@ def failures(study: optuna.Study) -> list[dict[str, Any]]:
             kind, reason = "mismatch", _mismatch_line(mismatches)
         else:
             continue
-        frame = pd.DataFrame(mismatches, columns=["input_set", "output_index", "count", "first_index", "max_ulp",
-                                                  "reason", "detail"])
+        shaped = ["shape"] if any(m.get("shape") for m in mismatches) else []
+        frame = pd.DataFrame(mismatches, columns=[*shaped, "input_set", "output_index", "count", "first_index",
+                                                  "max_ulp", "reason", "detail"])
         out.append({"trial": t.number, "kind": kind, "reason": reason, "anchor": t.user_attrs.get(TrialAttr.ANCHOR, ""),
                     "mismatches": frame, "plan": t.user_attrs.get(TrialAttr.PLAN),
                     "smallest_failing_range": t.user_attrs.get(TrialAttr.SMALLEST_FAILING_RANGE),

@@ -22,8 +22,38 @@ from sktune.tuning.verified import all_bitwise, describe_failure, record, verify
 log = logging.getLogger(__name__)
 
 
+#: Rounds after one that turned down every fused finalist at a verify-only shape: the next
+#: exact plans by search value (those turned down are no longer feasible) get their turn.
+EXTRA_ROUNDS = 2
+
+
 def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: float, top: int,
                       shapes: tuple[tuple[str, float], ...] = (), n_rounds: int = CONFIRM_ROUNDS) -> None:
+    """The finalists' round (``_confirm_round``), again while a round ended "keep unfused"
+    only because its fused finalists were turned down at verify-only shapes and other exact
+    plans remain untried (at most ``EXTRA_ROUNDS`` more). Every round's turned-down plans
+    stay in the verdict."""
+    turned_down: list[dict[str, Any]] = []
+    for _ in range(1 + EXTRA_ROUNDS):
+        timed = _confirm_round(study, worker, timeout, top, shapes, n_rounds)
+        verdict = study.user_attrs.get(StudyAttr.CONFIRM_BEST)
+        if timed is None or verdict is None:
+            break
+        rejected = verdict.get("verify_rejected") or []
+        if turned_down:  # an earlier round's, kept beside this one's
+            turned_down += [r for r in rejected if r not in turned_down]
+            study.set_user_attr(StudyAttr.CONFIRM_BEST, {**verdict, "verify_rejected": turned_down})
+        else:
+            turned_down = list(rejected)
+        fresh = {r.number for r in top_records(study, top)} - timed
+        if not rejected or not verdict.get("keep_unfused_reason") or not fresh:
+            break
+        log.info("every fused finalist was turned down at a verify-only shape: the next exact plans (%s) get a round",
+                 ", ".join(f"#{n}" for n in sorted(fresh)))
+
+
+def _confirm_round(study: optuna.Study, worker: SupervisedWorker, timeout: float, top: int,
+                   shapes: tuple[tuple[str, float], ...], n_rounds: int) -> set[int] | None:
     """Re-time the ``top`` best exact plans, fuse-all and the unfused plan in one interleaved round.
 
     The best trial is the minimum of many noisy ratios; the measurement that picked it is
@@ -34,7 +64,7 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     ``n_rounds`` rounds of 5 pairs per plan (the effort's). Several shapes: one round per
     shape, combined into the weighted timing. A model with verify-only shapes: the plan the
     rule would name is verified bitwise at each first; one that is not is passed over for
-    the next (``named_after_verification``).
+    the next (``named_after_verification``). The trials timed; None when nothing was.
     """
     finalists = top_records(study, top)
     previous = _previous_best(study, finalists)
@@ -49,7 +79,7 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
             plans.append(r.plan)  # type: ignore[arg-type]
     names = verify_shape_names(study, worker, timeout)  # recorded even when there is nothing to verify
     if not plans:
-        return
+        return None
     rounds_at: list[str | None] = [name for name, _ in shapes] or [None]
     rounds: dict[str | None, tuple[PairedTiming, ...]] = {}
     for name in rounds_at:
@@ -58,7 +88,7 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
         if isinstance(result, WorkerFailure):
             log.warning("re-measuring the finalists failed: %s", result.reason)
             study.set_user_attr(StudyAttr.FINALISTS_FAILED, result.reason)  # the summary says why it is provisional
-            return
+            return None
         rounds[name] = result.timings
     if study.user_attrs.get(StudyAttr.FINALISTS_FAILED):
         study.set_user_attr(StudyAttr.FINALISTS_FAILED, None)
@@ -78,6 +108,7 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
         study.set_user_attr(StudyAttr.CONFIRM_BEST, verdict)
     if fuse_all is not None:
         study.set_user_attr(StudyAttr.CONFIRM_FUSE_ALL, {**entry[fuse_all.number], "bitwise": fuse_all.feasible})
+    return {r.number for r in finalists}
 
 
 def _previous_best(study: optuna.Study, finalists: list[TrialRecord]) -> list[TrialRecord]:

@@ -9,7 +9,7 @@ Keys are written and read only through these names; JSON stays at the storage ed
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,6 +241,7 @@ class TrialRecord:
     failure: str | None  # failed, skipped or pruned: why
     yardstick: str | None = None  # the one shape it was measured at: never the best (tuning/yardsticks.py)
     exact: bool = False  # complete with no mismatch (a yardstick at its one shape; feasible adds "not a yardstick")
+    turned_down: bool = False  # its plan was found not bitwise at a verify-only shape (verify_turned_down)
 
     @property
     def ratio(self) -> float | None:
@@ -259,19 +260,32 @@ class TrialRecord:
         return None if self.timing is None else self.timing.candidate_s
 
     @classmethod
-    def of(cls, t: FrozenTrial) -> "TrialRecord":
+    def of(cls, t: FrozenTrial, turned_down: Sequence[dict[str, Any]] = ()) -> "TrialRecord":
+        """``turned_down``: plans found not bitwise at a verify-only shape (``verify_turned_down``)."""
         attrs = t.user_attrs
+        down = t.state == TrialState.COMPLETE and attrs.get(TrialAttr.PLAN) in turned_down
         return cls(
-            number=t.number, state=t.state.name, feasible=is_feasible(t), timing=timing_of(t),
+            number=t.number, state=t.state.name, feasible=is_feasible(t) and not down, timing=timing_of(t),
             plan=attrs.get(TrialAttr.PLAN), anchor=attrs.get(TrialAttr.ANCHOR),
             failure=attrs.get(TrialAttr.FAILURE) or attrs.get(TrialAttr.SKIPPED) or attrs.get(TrialAttr.PRUNED),
             yardstick=attrs.get(TrialAttr.YARDSTICK),
-            exact=is_exact(t),
+            exact=is_exact(t), turned_down=down,
         )
 
 
 def records(study: optuna.Study) -> list[TrialRecord]:
-    return [TrialRecord.of(t) for t in study.get_trials(deepcopy=False)]
+    trials = study.get_trials(deepcopy=False)
+    turned_down = verify_turned_down(study.user_attrs, trials)
+    return [TrialRecord.of(t, turned_down) for t in trials]
+
+
+def verify_turned_down(attrs: Mapping[str, Any], trials: Sequence[FrozenTrial]) -> list[dict[str, Any]]:
+    """The plans a finalists' round found not bitwise at a verify-only shape (``StudyAttr.VERIFIED``,
+    tuning/verified.py): exact where tuned, yet never a finalist again, never named best, refined
+    or carried to another study (any trial of the same plan)."""
+    failed = {v["trial"] for v in attrs.get(StudyAttr.VERIFIED) or []
+              if any(not o.get("bitwise") for o in v["shapes"].values())}
+    return [t.user_attrs[TrialAttr.PLAN] for t in trials if t.number in failed and TrialAttr.PLAN in t.user_attrs]
 
 
 def top_records(study: optuna.Study, k: int) -> list[TrialRecord]:

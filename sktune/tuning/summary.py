@@ -175,8 +175,12 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing.baseline_s,
                            "time_s": timing.candidate_s, "ratio": timing.ratio,
                            "ratio_ci": list(timing.ratio_ci), "bitwise": fuse_all.feasible, "timing_source": source}
-        if at := not_bitwise_at(study).get(fuse_all.number):  # exact where tuned, not at a verify-only shape
+        verified = not_bitwise_at(study)
+        if at := verified.get(fuse_all.number):  # exact where tuned, not at a verify-only shape
             out["fuse_all"].update(bitwise=False, not_bitwise_at=at)
+        elif fuse_all.feasible and fuse_all.number not in verified and study.user_attrs.get(StudyAttr.VERIFY_SHAPES):
+            # Only a plan about to be named is verified there: fuse-all's "yes" holds where tuned only.
+            out["fuse_all"]["not_verified_at"] = list(study.user_attrs[StudyAttr.VERIFY_SHAPES])
         if out["best_s"] is not None and timing.ratio < 1 and out["baseline_s"]:
             # Share of fuse-everything's gain that the best exact plan keeps (ratios: same-run baselines).
             best_ratio = out["best_s"] / out["baseline_s"]

@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # the summary reads this module without starting any worker
 log = logging.getLogger(__name__)
 
 
-
 def verify_shape_names(study: optuna.Study, worker: SupervisedWorker, timeout: float) -> tuple[str, ...]:
     """The model's verify-only shapes, asked of the worker once and stored in the study.
 
@@ -78,8 +77,10 @@ def describe_failure(number: int, outcomes: dict[str, Any]) -> dict[str, Any]:
 
 
 def record(study: optuna.Study, verified: dict[int, dict[str, Any]]) -> None:
-    """What was verified, per trial (``StudyAttr.VERIFIED``)."""
-    study.set_user_attr(StudyAttr.VERIFIED, [{"trial": n, "shapes": o} for n, o in verified.items()])
+    """What was verified, per trial (``StudyAttr.VERIFIED``), added to what earlier rounds
+    verified: a plan turned down there stays turned down (records.verify_turned_down)."""
+    merged = {**verified_outcomes(study), **verified}
+    study.set_user_attr(StudyAttr.VERIFIED, [{"trial": n, "shapes": o} for n, o in sorted(merged.items())])
 
 
 def verify_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any] | None:
@@ -89,7 +90,7 @@ def verify_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any
     names = study.user_attrs.get(StudyAttr.VERIFY_SHAPES)
     if not names:
         return None
-    verified = {v["trial"]: v["shapes"] for v in study.user_attrs.get(StudyAttr.VERIFIED) or []}
+    verified = verified_outcomes(study)
     best = verified.get(best_trial) if best_trial is not None else None
     confirm = study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}
     return {
@@ -99,6 +100,11 @@ def verify_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any
         "rejected": confirm.get("verify_rejected") or [],
         "seconds": sum(o.get("seconds") or 0.0 for shapes in verified.values() for o in shapes.values()),
     }
+
+
+def verified_outcomes(study: optuna.Study) -> dict[int, dict[str, Any]]:
+    """Each verified trial's outcomes: shape -> {bitwise, mismatches, reason, seconds}."""
+    return {v["trial"]: v["shapes"] for v in study.user_attrs.get(StudyAttr.VERIFIED) or []}
 
 
 def not_bitwise_at(study: optuna.Study) -> dict[int, list[str]]:
@@ -154,7 +160,7 @@ def verify_shapes_line(verify: dict[str, Any]) -> str:
 def fuse_all_bitwise(fuse_all: dict[str, Any]) -> str:
     """The summary's ``fuse_all`` bitwise cell: yes, no, or where it was not (a verify-only shape)."""
     if fuse_all["bitwise"]:
-        return "yes"
+        return "yes where tuned (not verified at the verify-only shapes)" if fuse_all.get("not_verified_at") else "yes"
     at = fuse_all.get("not_bitwise_at")
     return f"no (at verify-only {', '.join(at)})" if at else "no"
 

@@ -19,11 +19,13 @@ from sktune.pipe.protocol import ConfirmRequest, ConfirmResult, WorkerFailure
 from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
 from sktune.plan import Plan, Scope
 from sktune.report.export import export_json, export_python
+from sktune.report.html import render
+from sktune.report.trials_data import failures, parallel, trials_table
 from sktune.tuning.finalists import confirm_finalists
-from sktune.tuning.records import StudyAttr, best_record
+from sktune.tuning.records import StudyAttr, best_record, records, top_records
 from sktune.tuning.summary import summary
 from sktune.tuning.supervisor import SupervisedWorker, runner_config
-from sktune.tuning.verified import capture_limit_warning
+from sktune.tuning.verified import capture_limit_warning, fuse_all_bitwise
 from sktune.worker.runner import RunnerConfig, TrialRunner
 from tests.cli.test_cli import sktune as cli
 from tests.cpu_facts import describe, pointwise_tail_exact
@@ -109,8 +111,9 @@ def timing(ratio: float, lo: float, hi: float) -> dict[str, Any]:
 SEARCHED = {UNFUSED: (1.0, 0.97, 1.03), FUSE_ALL: (0.55, 0.5, 0.6), FALLBACKS: (0.8, 0.75, 0.85)}
 
 
-def make_study(plans: list[Plan]) -> optuna.Study:
-    """The unfused trial (0), then ``plans`` in order, each exact at the tuned shape ``wide``."""
+def make_study(plans: list[Plan], anchors: dict[int, str] | None = None) -> optuna.Study:
+    """The unfused trial (0), then ``plans`` in order, each exact at the tuned shape ``wide``;
+    ``anchors``: trial number -> anchor name (the unfused one is named always)."""
     study = optuna.create_study(direction="minimize")
     ops = [{"index": i, "name": f"n{i}", "target": t, "module": "", "module_type": "Gate", "source": ""}
            for i, t in enumerate(["getitem", "silu", "mul", "sigmoid", "add"])]
@@ -123,8 +126,8 @@ def make_study(plans: list[Plan]) -> optuna.Study:
         t = timing(*SEARCHED[plan])
         attrs = {"plan": plan.to_json(), "timing": t, "mismatches": [],
                  "shapes": {"wide": {"weight": 1.0, "timing": t, "mismatches": 0, "bitwise": True}}}
-        if plan == UNFUSED:
-            attrs["anchor"] = "unfused"
+        if plan == UNFUSED or k in (anchors or {}):
+            attrs["anchor"] = "unfused" if plan == UNFUSED else anchors[k]  # type: ignore[index]
         study.add_trial(optuna.trial.create_trial(value=SEARCHED[plan][0], params={"k": k}, distributions=dist,
                                                   user_attrs=attrs, constraints={"bitwise": 0.0}))
     return study
@@ -178,6 +181,14 @@ def test_a_finalist_inexact_at_a_verify_only_shape_is_not_named_best(runner: Tri
     assert "verify-only shapes (2: w32, w37; not timed): best plan bitwise at all; passed over: trial #1" in printed
 
 
+def test_fuse_all_never_verified_at_the_verify_only_shapes_is_not_called_bitwise_there() -> None:
+    study = make_study([FALLBACKS, FUSE_ALL], {2: "fuse-all"})
+    study.set_user_attr(StudyAttr.VERIFY_SHAPES, ["w32", "w37"])  # no round verified anything yet
+    fuse_all = summary(study)["fuse_all"]
+    assert fuse_all["bitwise"] is True and fuse_all["not_verified_at"] == ["w32", "w37"]
+    assert fuse_all_bitwise(fuse_all) == "yes where tuned (not verified at the verify-only shapes)"
+
+
 def test_no_finalist_exact_at_every_verify_only_shape_keeps_unfused(runner: TrialRunner, premise: None) -> None:
     study = make_study([FUSE_ALL])
     confirm_finalists(study, InProcessWorker(runner), timeout=60.0, top=3)  # type: ignore[arg-type]
@@ -186,6 +197,33 @@ def test_no_finalist_exact_at_every_verify_only_shape_keeps_unfused(runner: Tria
     assert out["keep_unfused_reason"].startswith("trial #1 is not bitwise at verify-only shape 'w37' (")
     assert out["verify_shapes"]["best"]["w37"]["bitwise"]  # the unfused plan, verified for the record
     assert "w37" in export_json(study)["provenance"]["verified_shapes"]
+
+
+def test_a_round_whose_finalists_were_all_turned_down_gives_the_next_exact_plans_a_round(
+        runner: TrialRunner, premise: None) -> None:
+    # One finalist (top=1): fuse-all, turned down at w37. It said "keep unfused" although the
+    # study held an exact plan (fallbacks) bitwise at every shape and faster than unfused.
+    study = make_study([FUSE_ALL, FALLBACKS], {1: "fuse-all"})
+    worker = InProcessWorker(runner)
+    confirm_finalists(study, worker, timeout=60.0, top=1)  # type: ignore[arg-type]
+    assert best_record(study).number == 2
+    out = summary(study)
+    assert out["best_trial"] == 2 and out["best_fuses_nothing"] is False
+    assert [(r["trial"], r["shape"]) for r in out["verify_shapes"]["rejected"]] == [(1, "w37")]
+    assert out["fuse_all"]["bitwise"] is False and out["fuse_all"]["not_bitwise_at"] == ["w37"]
+    # A plan turned down stays turned down: no longer feasible, kept in the record by a later round.
+    assert not next(r for r in records(study) if r.number == 1).feasible
+    assert [r.number for r in top_records(study, 3)] == [2, 0]
+    # The report's trials sections agree with its summary (they called it bitwise, a failure-free study).
+    table = trials_table(study).set_index("number")
+    assert table.loc[1, "bitwise"] == "no, at verify-only w37" and table.loc[2, "bitwise"] == "yes"
+    assert not parallel(study)[0].set_index("number").loc[1, "bitwise"]
+    [failure] = failures(study)
+    assert failure["trial"] == 1 and failure["kind"] == "verify-only" and "'w37'" in failure["reason"]
+    assert "<h3>Mismatches (1)</h3>" in render(study)
+    confirm_finalists(study, worker, timeout=60.0, top=1)  # type: ignore[arg-type]  (a resume's round)
+    assert {v["trial"] for v in study.user_attrs[StudyAttr.VERIFIED]} >= {1, 2}
+    assert best_record(study).number == 2 and (FUSE_ALL, "w32") not in worker.verified[4:]
 
 
 def test_npu_warns_past_capture_limit() -> None:

@@ -218,6 +218,20 @@ def test_a_failure_reason_that_begins_with_its_kind_says_it_once() -> None:
     assert "<b>hang</b>: no answer within 1 s</summary>" in _failure(item, [])
 
 
+def test_a_multi_shape_mismatch_says_at_which_shape() -> None:
+    from sktune.report.html import _failure
+
+    study = optuna.create_study()
+    mismatch = {"shape": "narrow", "input_set": 0, "output_index": 0, "count": 3, "first_index": 5, "max_ulp": 2,
+                "reason": "values", "detail": "3 elements differ"}
+    study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs={"mismatches": [mismatch]},
+                                              constraints={"bitwise": 1.0}))
+    [item] = trials_data.failures(study)
+    assert item["reason"] == "1 output mismatch(es) at shape narrow on 1 input set(s), max ULP 2"
+    assert "<th>shape</th>" in _failure(item, []) and '<td data-v="narrow">narrow</td>' in _failure(item, [])
+    assert trials_data.trials_table(study).loc[0, "reason"] == item["reason"]
+
+
 def test_page_embeds_plotly_once_and_needs_no_network() -> None:
     page = render(hostile_study())
     assert page.count("window.PlotlyConfig") == 1  # plotly.js inline, once
