@@ -14,7 +14,7 @@ import pytest
 from sktune.space.neighbours import full_params, neighbours
 from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace, build_space
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.records import StudyAttr, TrialAttr
 from sktune.tuning.sampler import TIE, SktuneSampler, attach_space
 from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, NPU_LIKE, TARGETS
 
@@ -290,3 +290,14 @@ def test_a_trial_names_its_worker_as_optuna_creates_it(space: SearchSpace) -> No
         tag = study._storage.get_trial_user_attrs(trial._trial_id)[TrialAttr.WORKER]
         assert {k: tag[k] for k in ("host", "pid")} == {k: worker_tag()[k] for k in ("host", "pid")}
         assert abs(tag["at"] - time.time()) < 60  # epoch seconds: any host's time zone reads it alike
+
+
+def test_local_search_never_centres_on_a_plan_turned_down_at_a_verify_only_shape(space: SearchSpace) -> None:
+    # A resumed study whose earlier finalists were found inexact at a verify-only shape: the
+    # search centred on them again (their ratios are the best) and proposed their neighbours.
+    study = run(space, seed=3, n_trials=len(space.anchors()) + 4)
+    kept = max(study.trials, key=lambda t: t.value)  # the slowest: every faster trial is turned down
+    study.set_user_attr(StudyAttr.VERIFIED, [{"trial": t.number, "shapes": {"w37": {"bitwise": False}}}
+                                             for t in study.trials if t.number != kept.number])
+    move = study.sampler._local_move(study)
+    assert move is not None and move.plan in {n.plan for n in neighbours(space, kept.params)}
