@@ -82,7 +82,8 @@ def print_summary(data: dict[str, Any]) -> None:
         table.add_row(f"best #{data['best_trial']}{weighted}", us(data["best_s"]), us(data["baseline_s"]),
                       _speedup(data), "yes" if data["verified_bitwise"] else "NO")
     for name, shape in (data.get("shapes") or {}).items():  # the one plan at each served shape
-        against = " vs yardstick" if shape.get("regret_against") == "yardstick" else ""  # else: best alone
+        against = {"yardstick": " vs yardstick", "itself": " (it is this shape's best alone)"}.get(
+            shape.get("regret_against") or "", "")  # else: best alone
         timed = (" (both re-measured)" if shape.get("regret_timing") == "re-measured"
                  else f" at its search {shape['search_speedup']:.2f}×")
         regret = "" if shape["regret"] is None else f", regret {shape['regret']:+.1%}{against}{timed}"

@@ -87,7 +87,9 @@ def _shapes(summary: dict[str, Any]) -> str:
              cell(r.yardstick_speedup, "—" if pd.isna(r.yardstick_speedup) else
                   f"{r.yardstick_speedup:.2f}× (trial {int(r.yardstick_trial)}): {r.yardstick_exact}"),
              cell(r.regret, "—" if pd.isna(r.regret) else f"{r.regret:+.1%}"
-                  + (" (both re-measured)" if r.regret_timing == "re-measured" else ""))] for r in frame.itertuples()]
+                  + (" (the plan is this shape's best alone)" if r.regret_against == "itself" else
+                     " (both re-measured)" if r.regret_timing == "re-measured" else ""))]
+            for r in frame.itertuples()]
     return ("<h3>One plan for every served shape</h3><p>Each shape timed against its own unfused baseline. "
             "<i>Best alone</i> is the fastest plan found that is exact at that shape, whatever it does at the "
             "others; the <i>yardstick</i> is that shape's own best candidate, built from its own exactness "

@@ -146,7 +146,10 @@ def shapes_summary(study_shapes: Mapping[str, Any], chosen: Mapping[str, Any], s
             # How much slower the one plan is at this shape than the best plan for it alone.
             entry.update(regret=s.timing.ratio / ratio - 1.0, regret_against=against, regret_timing="search")
             other = entry["best_alone_trial"] if against == "best_alone" else entry["yardstick_trial"]
-            if (mine := again.get((plan_trial, name))) and (theirs := again.get((other, name))):
-                entry.update(regret=mine / theirs - 1.0, regret_timing="re-measured")
+            if other == plan_trial:  # the plan is this shape's best alone: nothing to trade off there
+                entry.update(regret=0.0, regret_against="itself")
+            elif (mine := again.get((plan_trial, name))) and (theirs := again.get((other, name))):
+                # Re-measured faster than the best alone: that best is the plan, and nothing is lost.
+                entry.update(regret=max(0.0, mine / theirs - 1.0), regret_timing="re-measured")
         out[name] = entry
     return out

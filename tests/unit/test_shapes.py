@@ -63,6 +63,12 @@ def test_regret_is_measured_against_the_best_plan_exact_at_that_shape_alone() ->
     assert again["bs1"]["regret"] == pytest.approx(0.0) and again["bs1"]["regret_timing"] == "re-measured"
     assert again["bs8"]["regret_timing"] == "search"  # trial 0 is its own best alone: no round figure beside it
     assert "+0.0% (both re-measured)" in _shapes({"shapes": again})
+    assert again["bs8"]["regret"] == 0.0 and again["bs8"]["regret_against"] == "itself"
+    assert "+0.0% (the plan is this shape's best alone)" in _shapes({"shapes": again})
+    # Re-measured faster than its best alone: that best is the plan, no negative regret (it read -3.6 %).
+    faster = [{"trial": t, "shapes": {"bs1": {"timing": outcome("bs1", r).timing.to_json()}}} for t, r in ((0, 0.6),
+                                                                                                       (1, 0.7))]
+    assert shapes_summary(declared, chosen, chosen, study.trials, 0, faster)["bs1"]["regret"] == 0.0
 
 
 def test_the_python_export_names_each_served_shape() -> None:

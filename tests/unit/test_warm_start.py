@@ -61,6 +61,15 @@ def test_the_same_model_and_space_keep_the_op_indices() -> None:
     assert mapping_for(earlier(graph), describe(graph), space_of(graph)).startswith("changed model, same ops")
 
 
+def test_the_same_ops_in_another_space_keep_the_op_indices() -> None:
+    # The same model tuned at other shapes drew other candidate cuts: it was refused as
+    # "another graph (4 ops, this one has 4)".
+    graph = [{"target": "relu", "module": ""}] * 4
+    old = earlier(graph, sha="same")
+    old.set_user_attr(StudyAttr.SPACE, "a space with other cuts")
+    assert mapping_for(old, describe(graph, sha="same"), space_of(graph)).startswith("same ops, another search space")
+
+
 @pytest.mark.parametrize("container", ["layers.", ""])  # "": the model is an nn.Sequential of its layers
 def test_more_layers_of_the_same_layer_re_stamp_its_pattern(container: str) -> None:
     two, three = ops(2, container=container), ops(3, container=container)
