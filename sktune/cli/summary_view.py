@@ -109,6 +109,8 @@ def print_summary(data: dict[str, Any]) -> None:
         console.print(f"best exact plan: {verdict}; times {source}")
         if data.get("provisional"):
             console.print(f"[yellow]provisional: {data['provisional']}[/]", highlight=False)
+        if warning := (data.get("noise_floor") or {}).get("warning"):
+            console.print(f"[yellow]{escape(warning)}[/]", highlight=False)
         if line := through_compile_line(through := data.get("through_compile")):
             warn = through.get("bitwise") is not True  # failed, or not bitwise: the exported call is not the table's
             console.print(f"[bold red]{escape(line)}[/]" if warn else escape(line), highlight=False)

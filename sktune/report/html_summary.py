@@ -44,8 +44,14 @@ def summary_section(study: optuna.Study, summary: dict[str, Any]) -> str:
     return (f'<h2 id="summary">1. Summary</h2><p class="verdict {data.verdict_kind(summary)}">{esc(data.verdict(summary))}</p>'
             f"<p>{esc(counts)} {esc(source + '.' if source else '')} Each ratio is candidate ÷ unfused baseline, timed interleaved in "
             "the same run (&lt; 1 is faster); a gain is real only when its interval excludes 1.</p>"
-            f"{comp_html}{_through_compile(summary)}{_host_time(summary)}{_shapes(summary)}{_verify_shapes(summary)}{_anchors(summary)}"
+            f"{comp_html}{_noise(summary)}{_through_compile(summary)}{_host_time(summary)}{_shapes(summary)}{_verify_shapes(summary)}{_anchors(summary)}"
             f"<h3>Environment</h3>{env}")
+
+
+def _noise(summary: dict[str, Any]) -> str:
+    """The finalists' round's noise floor, where the unfused plan read other than itself."""
+    warning = (summary.get("noise_floor") or {}).get("warning")
+    return f'<p class="bad">{esc(warning[0].upper() + warning[1:])}.</p>' if warning else ""
 
 
 def _through_compile(summary: dict[str, Any]) -> str:

@@ -224,12 +224,19 @@ def stored_profile(study: optuna.Study, key: str) -> dict[str, Any] | None:
 
 
 def _noise_floor(study: optuna.Study) -> dict[str, Any] | None:
-    """The unfused plan's ratio and interval in the finalists' round (tuning/finalists.py)."""
+    """The unfused plan's ratio and interval in the finalists' round (tuning/finalists.py), and
+    ``warning`` when that interval excludes 1.0: the same program read as faster or slower than
+    itself, so the round's differences of that size are the machine's noise, not the plans'."""
     entry = study.user_attrs.get(StudyAttr.CONFIRM_UNFUSED)
     if not entry:
         return None
     timing = PairedTiming.from_json(entry["timing"])
-    return {"trial": entry["trial"], "ratio": timing.ratio, "ratio_ci": list(timing.ratio_ci)}
+    lo, hi = timing.ratio_ci
+    warning = None if lo <= 1.0 <= hi else (
+        f"noisy finalists' round: the unfused plan timed against itself read {speedup_of(timing.ratio):.2f}× "
+        f"[{speedup_of(hi):.2f}, {speedup_of(lo):.2f}], an interval that excludes 1.0; differences of that size "
+        "between the plans are noise (other work on the cores?): rerun on a quieter machine to trust the verdict")
+    return {"trial": entry["trial"], "ratio": timing.ratio, "ratio_ci": list(timing.ratio_ci), "warning": warning}
 
 
 def _fuses_nothing(out: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from sktune.errors import ExportError
 from sktune.measure.stats import PairedTiming
 from sktune.report import data
 from sktune.report.export import export_json, export_patch, export_python
+from sktune.report.html import render
 from sktune.tuning.finalists import confirm_finalists, finalist_verdict
 from sktune.pipe.protocol import ConfirmRequest, ConfirmResult
 from sktune.tuning.records import best_record
@@ -92,6 +93,7 @@ def test_a_fused_best_whose_interval_reaches_1_is_keep_unfused(shapes: bool, cap
     assert "not wholly below 1.0" in out["keep_unfused_reason"] and "#2" in out["keep_unfused_reason"]
     assert out["rejected_best"]["trial"] == 2 and out["rejected_best"]["ratio_ci"][1] >= 1.0
     assert out["noise_floor"]["trial"] == 0 and out["noise_floor"]["ratio_ci"][0] < 1.0
+    assert out["noise_floor"]["warning"] is None  # [0.97, 1.03]: the round read unfused as itself
     if shapes:  # the weighted timing decides; each shape is the unfused plan too
         assert set(out["shapes"]) == set(SHAPES) and all(s["speedup"] == 1.0 for s in out["shapes"].values())
     assert data.verdict(out).startswith("Keep the model unfused: the fastest fused finalist (trial #2")
@@ -182,3 +184,17 @@ def test_the_round_times_as_many_rounds_as_the_effort_asks(n_rounds: int, timeou
                          (CUT, timing(0.85, 0.8, 0.9))])
     confirm_finalists(make_study(), worker, timeout=10.0, top=3, n_rounds=n_rounds)  # type: ignore[arg-type]
     assert [r["rounds"] for r in worker.rounds] == [n_rounds] and worker.timeouts == [pytest.approx(timeout)]
+
+
+def test_a_round_that_reads_unfused_as_faster_than_itself_is_said_to_be_noisy(capsys: pytest.CaptureFixture) -> None:
+    # Two workers on two cores: the unfused plan against itself read 1.75x, and the verdict said nothing.
+    study = make_study(False)
+    worker = FakeWorker([(UNFUSED, timing(0.57, 0.38, 0.99)), (FUSE_ALL, timing(1.05, 1.0, 1.1)),
+                         (CUT, timing(0.5, 0.45, 0.55))])
+    confirm_finalists(study, worker, timeout=10.0, top=3)  # type: ignore[arg-type]
+    out = summary(study)
+    assert out["noise_floor"]["warning"].startswith("noisy finalists' round: the unfused plan timed against itself "
+                                                    "read 1.75× [1.01, 2.63]")
+    print_summary(out)
+    assert "noisy finalists' round" in " ".join(capsys.readouterr().out.split())
+    assert "Noisy finalists" in render(study) and "excludes 1.0" in render(study)
