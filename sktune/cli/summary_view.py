@@ -3,6 +3,8 @@ summary that ``--summary-json`` writes (``tuning/summary.py``)."""
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 from rich.markup import escape
@@ -143,5 +145,8 @@ def print_summary(data: dict[str, Any]) -> None:
                       "run the same command again to go on")
     if data.get("stopped_early"):
         stop = data["stopped_early"]
-        console.print(f"stopped after trial #{stop['after_trial']}: {stop['patience']} trials in a row "
+        worker = stop.get("worker") or {}
+        mine = not worker or (worker.get("host"), worker.get("pid")) == (socket.gethostname(), os.getpid())
+        who = "stopped" if mine else f"another worker (pid {worker.get('pid')} on {worker.get('host')}) stopped"
+        console.print(f"{who} after trial #{stop['after_trial']}: {stop['patience']} trials in a row "
                       "without a significant gain (--patience, --no-stop)")

@@ -10,6 +10,7 @@ import optuna
 from sktune.pipe.protocol import CONFIRM_ROUNDS
 from sktune.tuning.records import (StudyAttr, TrialAttr, feasible_ratios, feasible_trials, heaviest_shape_ratio,
                                    is_feasible, reused, skipped, timing_of)
+from sktune.tuning.workers import worker_tag
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,8 @@ class Patience:
         waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
         if self.without_gain >= self.k and not waiting:
             log.info("stopping: %d trials in a row without a significant gain", self.without_gain)
-            study.set_user_attr(StudyAttr.STOPPED_EARLY, {"after_trial": trial.number, "patience": self.k})
+            # Whose stop: with several workers on the study, the others' summaries must not claim it.
+            study.set_user_attr(StudyAttr.STOPPED_EARLY, {"after_trial": trial.number, "patience": self.k,
+                                                          "worker": worker_tag()})
             self.stopped = True
             study.stop()

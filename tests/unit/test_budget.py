@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import optuna
 import pytest
 
@@ -103,6 +105,20 @@ def test_a_later_search_that_is_not_stopped_early_clears_the_earlier_stop() -> N
         return ratio
 
     search(study, objective, replace(EFFORTS["quick"], trials=10, patience=1))
-    assert study.user_attrs["stopped_early"] == {"after_trial": 1, "patience": 1} and len(study.trials) == 2
+    stop = study.user_attrs["stopped_early"]
+    assert {k: stop[k] for k in ("after_trial", "patience")} == {"after_trial": 1, "patience": 1}
+    assert stop["worker"]["pid"] == os.getpid() and len(study.trials) == 2  # whose stop it was
     search(study, objective, replace(EFFORTS["quick"], trials=2, patience=None))
     assert study.user_attrs["stopped_early"] is None and len(study.trials) == 4
+
+
+def test_a_stop_by_another_worker_is_not_claimed_as_this_runs(capsys: pytest.CaptureFixture) -> None:
+    # Two workers: the one that ran out of --trials printed the other's patience stop as its own.
+    from sktune.cli.summary_view import print_summary
+    from sktune.tuning.summary import summary
+
+    study = optuna.create_study()
+    study.set_user_attr("stopped_early", {"after_trial": 16, "patience": 6, "worker": {"host": "elsewhere", "pid": 7}})
+    print_summary(summary(study))
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "another worker (pid 7 on elsewhere) stopped after trial #16: 6 trials in a row" in printed
