@@ -142,8 +142,9 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
             continue
         r = recorded[t.number]
         lo, hi = r.ratio_ci or (None, None)
-        rows.append({"number": t.number, "state": t.state.name, "anchor": t.user_attrs.get(TrialAttr.ANCHOR, ""),
-                     "step_s": r.candidate_s, "baseline_s": r.baseline_s,
+        refined = t.user_attrs.get(TrialAttr.REFINED_FROM)  # best+…: the search's best, not the final one
+        anchor = t.user_attrs.get(TrialAttr.ANCHOR, "") + (f" (of #{refined})" if refined is not None else "")
+        rows.append({"number": t.number, "state": t.state.name, "anchor": anchor, "step_s": r.candidate_s, "baseline_s": r.baseline_s,
                      "ratio": r.ratio, "ratio_lo": lo, "ratio_hi": hi,
                      "bitwise": _bitwise(r, verify_failed.get(t.number)),
                      "reason": r.failure or _mismatch_line(t.user_attrs.get(TrialAttr.MISMATCHES) or [])})

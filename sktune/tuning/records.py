@@ -30,6 +30,7 @@ class TrialAttr:
     PLAN = "plan"  # the plan as JSON
     ANCHOR = "anchor"  # name of the enqueued starting point (anchor or seed); absent: sampled
     OPTION_OVERRIDES = "option_overrides"  # options set outside the sampled domain (costly choices)
+    REFINED_FROM = "refined_from"  # a refinement's (best+…) trial: the search's best it adds an option to
     WORKER = "worker"  # host and pid of the process running it (orphan detection)
     SKIPPED = "skipped"  # why it was not compiled (exactness probe, scope cap)
     PRUNED = "pruned"  # why its measurement was stopped early

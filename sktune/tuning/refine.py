@@ -45,8 +45,8 @@ def changes_anything(study: optuna.Study, plan: Plan, space: SearchSpace, option
 
 
 def next_refinement(study: optuna.Study, space: SearchSpace,
-                    whole_region_cap: float | None = None) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
-    """(name, params, option overrides) of the next untried costly variant of the search's
+                    whole_region_cap: float | None = None) -> tuple[str, dict[str, Any], dict[str, Any], int] | None:
+    """(name, params, option overrides, the trial refined) of the next untried costly variant of the search's
     best exact plan, or None. One costly value at a time, never two together: a C++
     wrapper around a whole 3,000-op region takes minutes to compile. Whole regions are
     left out where they would cost more than ``whole_region_cap`` trials (``whole_region_cost``)."""
@@ -59,7 +59,7 @@ def next_refinement(study: optuna.Study, space: SearchSpace,
     tried = {json_key(t.user_attrs.get(TrialAttr.PLAN)) for t in study.trials}
     for name, value, overrides, variant in costly_variants(study, space, best, whole_region_cap):
         if json_key(variant.to_json()) not in tried:
-            return f"{REFINED}{name}={value}", dict(best.params), overrides
+            return f"{REFINED}{name}={value}", dict(best.params), overrides, best.number
     return None
 
 
@@ -120,9 +120,10 @@ def refine_best(study: optuna.Study, space: SearchSpace, objective: Callable[[op
     if stitched_best and (skipped := too_costly(study, whole_region_cap)) is not None:
         study.set_user_attr(StudyAttr.WHOLE_REGION_SKIPPED, skipped)
     while (refinement := next_refinement(study, space, whole_region_cap)) is not None:
-        name, params, overrides = refinement
-        log.info("trying the best plan with %s", name.removeprefix(REFINED))
-        study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name, TrialAttr.OPTION_OVERRIDES: overrides})
+        name, params, overrides, refined = refinement
+        log.info("trying the best plan (trial #%d) with %s", refined, name.removeprefix(REFINED))
+        study.enqueue_trial(params, user_attrs={TrialAttr.ANCHOR: name, TrialAttr.OPTION_OVERRIDES: overrides,
+                                                TrialAttr.REFINED_FROM: refined})
         study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=callbacks or [])
         if study.trials[-1].state == optuna.trial.TrialState.WAITING:  # it did not run: do not loop
             return

@@ -69,6 +69,10 @@ def test_the_best_plan_is_tried_with_each_costly_value_alone(space) -> None:
     assert [t.user_attrs[TrialAttr.ANCHOR] for t in study.trials[1:]] == [
         "best+stitch_units=False", "best+cpp_wrapper=True"]
     assert study.trials[2].user_attrs[TrialAttr.OPTION_OVERRIDES] == {"cpp_wrapper": True}
+    # Each names the trial it refines: the search's best, which the finalists' round may not name.
+    assert [t.user_attrs[TrialAttr.REFINED_FROM] for t in study.trials[1:]] == [0, 0]
+    from sktune.report.trials_data import trials_table
+    assert list(trials_table(study)["anchor"])[1:] == ["best+stitch_units=False (of #0)", "best+cpp_wrapper=True (of #0)"]
     assert next_refinement(study, space) is None  # all tried: a resumed run adds nothing
 
 
@@ -76,8 +80,8 @@ def test_stitching_is_not_retried_when_no_region_spans_a_layer(space) -> None:
     per_unit = space.params_for([True] * len(space.blocks), split=space.unit_edges())
     study = _study_with(space, per_unit, 0.7)
     assert not changes_anything(study, space.decode(per_unit), space, "stitch_units")
-    name, _, overrides = next_refinement(study, space)
-    assert name == "best+cpp_wrapper=True" and overrides == {"cpp_wrapper": True}
+    name, _, overrides, refined = next_refinement(study, space)
+    assert name == "best+cpp_wrapper=True" and overrides == {"cpp_wrapper": True} and refined == 0
 
 
 def test_no_refinement_while_starting_points_wait(space) -> None:
