@@ -80,7 +80,7 @@ def print_summary(data: dict[str, Any]) -> None:
         table.add_row(fuse_all.get("anchor") or FUSE_ALL, us(fuse_all["time_s"]), us(fuse_all["baseline_s"]),
                       f"{speedup_of(fuse_all['ratio']):.2f}× [{lo:.2f}, {hi:.2f}]", fuse_all_bitwise(fuse_all))
     if data["speedup"]:
-        weighted = " (weighted)" if data.get("shapes") else ""
+        weighted = " (weighted)" if len(data.get("shapes") or {}) > 1 else ""
         table.add_row(f"best #{data['best_trial']}{weighted}", us(data["best_s"]), us(data["baseline_s"]),
                       _speedup(data), "yes" if data["verified_bitwise"] else "NO")
     for name, shape in (data.get("shapes") or {}).items():  # the one plan at each served shape

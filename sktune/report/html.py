@@ -111,7 +111,7 @@ def _time(study: optuna.Study, figs: _Figures, emulated: bool, fuses_nothing: bo
                 f"{floor} The profiler inflates times; the summary's times come from the clock.</p>")
         axis = "µs per step (profiler-inflated; explains, does not time)"
     if shapes := sorted(set(breakdown["shape"].dropna())):
-        text += (f"<p>Profiled at the heaviest input shape, <code>{esc(', '.join(shapes))}</code>; the other "
+        text += (f"<p>Profiled at the input shape of the highest weight, <code>{esc(', '.join(shapes))}</code>; the other "
                  "shapes were timed, not profiled.</p>")
     for row in breakdown[breakdown["partial_reason"].notna()].itertuples():
         text += (f'<p class="note">The profile of the {escape(row.which)} is partial: {escape(row.partial_reason)}. '

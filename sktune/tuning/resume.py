@@ -148,11 +148,12 @@ def _shapes_changed(name: str, old: dict[str, Any], new: dict[str, Any]) -> str:
         return f"shapes {', '.join(shapes)}" if shapes else "one input shape (no input_shapes())"
 
     was, now = named(old), named(new)
-    if was == now:
+    same_names = set(old.get("shapes") or ()) == set(new.get("shapes") or ())  # listed heaviest first
+    if same_names:
         was += " with other sizes or weights than the model's input_shapes() gives now"
     # The same model file: its input_shapes() still declares the shapes the study was tuned at.
     again = (f"resume with --shapes {','.join(old['shapes'])}, or " if old.get("shapes")
-             and old.get("model_sha256") == new["model_sha256"] and was != now else "")
+             and old.get("model_sha256") == new["model_sha256"] and not same_names else "")
     return (f"study {name!r} was tuned at {was}; this run tunes at {now}. Its trials were timed and verified at "
             f"those shapes, so they do not compare with this run's: {again}use a new --study name "
             "(--allow-changed does not cover the tuned shapes)")

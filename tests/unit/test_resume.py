@@ -205,6 +205,10 @@ def test_a_study_resumed_at_other_tuned_shapes_is_refused_even_when_allowed(spac
         prepare(study, replace(describe("edited"), shapes=reweighted), space, Path("m.py"), SETTINGS,
                 allow_changed=True)
     assert "--shapes" not in str(refused.value)
+    flipped = {"bs1": ServedShape(0.8, [[1, 8]]), "bs8": ServedShape(0.2, [[4, 8]])}  # heaviest first: reordered
+    with pytest.raises(SktuneError, match="tuned at shapes bs8, bs1 with other sizes or weights") as refused:
+        prepare(study, replace(describe(), shapes=flipped), space, Path("m.py"), SETTINGS)
+    assert "--shapes" not in str(refused.value)  # it named the same shapes, in another order, as other ones
     with pytest.raises(SktuneError, match="this run tunes at one input shape"):
         prepare(study, describe(), space, Path("m.py"), SETTINGS)
     prepare(study, replace(describe(), shapes=served), space, Path("m.py"), SETTINGS)  # the same shapes: resumed
