@@ -79,7 +79,8 @@ def compare_options(requested: dict[str, Any], used: dict[str, Any]) -> tuple[li
         else:
             compared += 1
             if used[key] != want:
-                differ.append((f"{key}: requested {want!r}, used {used[key]!r}", isinstance(want, int)))
+                clampable = isinstance(want, int) and not isinstance(want, bool)  # a bool is no range to clamp
+                differ.append((f"{key}: requested {want!r}, used {used[key]!r}", clampable))
     return missing, differ, compared
 
 

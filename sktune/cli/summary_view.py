@@ -111,8 +111,6 @@ def print_summary(data: dict[str, Any]) -> None:
         console.print(f"best exact plan: {verdict}; times {source}")
         if data.get("provisional"):
             console.print(f"[yellow]provisional: {data['provisional']}[/]", highlight=False)
-        if warning := (data.get("noise_floor") or {}).get("warning"):
-            console.print(f"[yellow]{escape(warning)}[/]", highlight=False)
         if line := through_compile_line(through := data.get("through_compile")):
             warn = through.get("bitwise") is not True  # failed, or not bitwise: the exported call is not the table's
             console.print(f"[bold red]{escape(line)}[/]" if warn else escape(line), highlight=False)
@@ -139,6 +137,8 @@ def print_summary(data: dict[str, Any]) -> None:
                       highlight=False)
     for line in warm_start_lines(data):
         console.print(line, highlight=False, markup=False)
+    if warning := (data.get("noise_floor") or {}).get("warning"):  # a "keep unfused" verdict too
+        console.print(f"[yellow]{escape(warning)}[/]", highlight=False)
     if data.get("stopped_at_timeout"):
         stop = data["stopped_at_timeout"]
         console.print(f"stopped at --timeout {stop['timeout_s']:g} s after trial #{stop['after_trial']}: "

@@ -94,11 +94,12 @@ def judge_cache(name: str, first: Compile, later: list[Compile], unit_note: str 
     ``why_no_miss``: what made the first compile free, where that is known."""
     timings = "static compile: " + ", ".join(f"{c.label} {c.seconds:.1f} s" for c in (first, *later)) + unit_note
     inexact = [c.label for c in (first, *later) if not c.bitwise]
-    if why_no_miss:  # no miss to time a hit against, real seconds or not (marker_pairing shows a wrong main run)
-        wrong_out = f"; outputs not bitwise equal to the unfused reference: {', '.join(inexact)}" if inexact else ""
-        return could_not(name, why_no_miss, timings + wrong_out)
-    if inexact:
-        return differs(name, f"outputs not bitwise equal to the unfused reference: {', '.join(inexact)}", timings)
+    if inexact:  # a stale kernel reused, whatever the timing can tell: the finding that matters
+        cause = f"; {why_no_miss}" if why_no_miss else ""
+        return differs(name, f"outputs not bitwise equal to the unfused reference: {', '.join(inexact)}",
+                       timings + cause)
+    if why_no_miss:  # no miss to time a hit against, real seconds or not
+        return could_not(name, why_no_miss, timings)
     if not first.seconds > 0:
         return could_not(name, f"the first compile ({first.label}) took {first.seconds} s: cannot tell a hit",
                          timings)

@@ -13,6 +13,9 @@ from typing import Any
 from sktune.pipe.protocol import MalformedResult
 from sktune.plan import Plan
 
+#: How a verify-only outcome's reason begins where the shape's graph cannot run the plan (its ops differ).
+NOT_VERIFIABLE = "not verifiable"
+
 
 @dataclass(frozen=True)
 class VerifyOnlyShapes:

@@ -29,24 +29,29 @@ EXTRA_ROUNDS = 2
 
 def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: float, top: int,
                       shapes: tuple[tuple[str, float], ...] = (), n_rounds: int = CONFIRM_ROUNDS) -> None:
-    """The finalists' round (``_confirm_round``), again while a round ended "keep unfused"
-    only because its fused finalists were turned down at verify-only shapes and other exact
-    plans remain untried (at most ``EXTRA_ROUNDS`` more). Every round's turned-down plans
-    stay in the verdict."""
-    turned_down: list[dict[str, Any]] = []
+    """The finalists' round (``_confirm_round``), again while a round was left with no fused
+    finalist because verify-only shapes turned each down and other exact plans remain untried
+    (at most ``EXTRA_ROUNDS`` more). The study keeps every round's finalists (the best's
+    check that nothing outside them entered the top reads them all: records.best_record) and
+    every turned-down plan, earlier runs' included."""
+    earlier = study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}
+    turned_down: list[dict[str, Any]] = list(earlier.get("verify_rejected") or [])
+    entries: dict[int, dict[str, Any]] = {}
     for _ in range(1 + EXTRA_ROUNDS):
         timed = _confirm_round(study, worker, timeout, top, shapes, n_rounds)
         verdict = study.user_attrs.get(StudyAttr.CONFIRM_BEST)
         if timed is None or verdict is None:
             break
+        entries.update({e["trial"]: e for e in study.user_attrs.get(StudyAttr.FINALISTS) or []})
+        study.set_user_attr(StudyAttr.FINALISTS, list(entries.values()))
         rejected = verdict.get("verify_rejected") or []
-        if turned_down:  # an earlier round's, kept beside this one's
-            turned_down += [r for r in rejected if r not in turned_down]
+        turned_down += [r for r in rejected if r not in turned_down]
+        if turned_down:
             study.set_user_attr(StudyAttr.CONFIRM_BEST, {**verdict, "verify_rejected": turned_down})
-        else:
-            turned_down = list(rejected)
         fresh = {r.number for r in top_records(study, top)} - timed
-        if not rejected or not verdict.get("keep_unfused_reason") or not fresh:
+        # "Keep unfused" with no fused finalist left to compare (rejected_best: the fastest fused
+        # one that was not faster): each was turned down, so the next exact plans get a round.
+        if not rejected or not verdict.get("keep_unfused_reason") or verdict.get("rejected_best") or not fresh:
             break
         log.info("every fused finalist was turned down at a verify-only shape: the next exact plans (%s) get a round",
                  ", ".join(f"#{n}" for n in sorted(fresh)))

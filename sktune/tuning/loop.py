@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import optuna
 
@@ -28,7 +29,7 @@ from sktune.tuning.creator import (awaited_creator, creator_heartbeat, measures_
                                    wait_for_creator)
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
-from sktune.tuning.workers import fail_orphaned_trials
+from sktune.tuning.workers import fail_orphaned_trials, may_be_alive, worker_tag
 from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
 from sktune.tuning.host_time import record_earlier_runs, record_run
@@ -68,10 +69,20 @@ def search(study: optuna.Study, objective: Callable[[optuna.Trial], float], effo
                   and not any(p.stopped for p in patience))
     last = max((t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()), default=None)
     study.set_user_attr(StudyAttr.STOPPED_AT_TIMEOUT, {"timeout_s": timeout, "after_trial": last} if at_timeout else None)
-    if not any(p.stopped for p in patience):  # the last run's stop, as the timeout's: an earlier one is stale
+    if not any(p.stopped for p in patience) and _stale_stop(study.user_attrs.get(StudyAttr.STOPPED_EARLY)):
         study.set_user_attr(StudyAttr.STOPPED_EARLY, None)
     if starting is not None:
         run_unfused_if_missing(study, objective, starting, callbacks)
+
+
+def _stale_stop(stop: dict[str, Any] | None) -> bool:
+    """Whether a patience stop on record is an earlier run's (this search was not stopped): not
+    when another live worker stopped its own search beside this one (its summary says so)."""
+    worker = (stop or {}).get("worker")
+    if not stop or not worker:
+        return bool(stop)
+    this = worker_tag()
+    return (worker.get("host"), worker.get("pid")) == (this["host"], this["pid"]) or not may_be_alive(worker)
 
 
 def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Trial], float], starting: StartingQueue,

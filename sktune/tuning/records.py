@@ -16,7 +16,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
+from sktune.pipe.verify_shapes import NOT_VERIFIABLE
 from sktune.plan import Plan
 from sktune.space.ascend_anchors import FULL_MODEL
 from sktune.space.search_space import FUSE_ALL
@@ -190,9 +192,11 @@ def reused(trial: FrozenTrial) -> bool:
 
 
 def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """The complete, bitwise-exact trials that have a time ratio."""
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if is_feasible(t) and has_ratio(t)]
+    """The complete, bitwise-exact trials that have a time ratio, but for plans turned down at a
+    verify-only shape (``verify_turned_down``: patience, the seeds and the yardsticks ignore them)."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    down = verify_turned_down(study.user_attrs, trials)
+    return [t for t in trials if is_feasible(t) and has_ratio(t) and t.user_attrs.get(TrialAttr.PLAN) not in down]
 
 
 def feasible_ratios(study: optuna.Study) -> list[float]:
@@ -283,15 +287,30 @@ def records(study: optuna.Study) -> list[TrialRecord]:
 def verify_turned_down(attrs: Mapping[str, Any], trials: Sequence[FrozenTrial]) -> list[dict[str, Any]]:
     """The plans a finalists' round found not bitwise at a verify-only shape (``StudyAttr.VERIFIED``,
     tuning/verified.py): exact where tuned, yet never a finalist again, never named best, refined
-    or carried to another study (any trial of the same plan)."""
+    or carried to another study (any trial of the same plan). Only what the plan decides counts:
+    mismatches there, or a shape whose graph the plan cannot run; not a worker that gave no
+    answer (a crash or a timeout may pass). A plan that fuses nothing is never turned down: it
+    is the model's own run, named where nothing else is."""
     failed = {v["trial"] for v in attrs.get(StudyAttr.VERIFIED) or []
-              if any(not o.get("bitwise") for o in v["shapes"].values())}
-    return [t.user_attrs[TrialAttr.PLAN] for t in trials if t.number in failed and TrialAttr.PLAN in t.user_attrs]
+              if any(o.get("mismatches") or str(o.get("reason") or "").startswith(NOT_VERIFIABLE)
+                     for o in v["shapes"].values())}
+    n_ops = len(attrs.get(StudyAttr.OPS) or [])
+    return [plan for t in trials if t.number in failed and (plan := t.user_attrs.get(TrialAttr.PLAN)) is not None
+            and _fuses(n_ops, Plan.from_json(plan))]
 
 
-def top_records(study: optuna.Study, k: int) -> list[TrialRecord]:
-    """The ``k`` feasible (bitwise-exact) complete trials with the smallest time ratios, one per plan."""
-    feasible = sorted((r for r in records(study) if r.feasible and r.ratio is not None and math.isfinite(r.ratio)),
+def _fuses(n_ops: int, plan: Plan) -> bool:
+    """Whether ``plan`` fuses any op (``n_ops`` 0: unknown, its scopes' reach stands in)."""
+    reach = max((s.last_op + 1 for s in plan.scopes), default=0)
+    return bool(group_ops(max(n_ops, reach), plan.scopes))
+
+
+def top_records(study: optuna.Study, k: int, with_turned_down: bool = False) -> list[TrialRecord]:
+    """The ``k`` feasible (bitwise-exact) complete trials with the smallest time ratios, one per plan
+    (``with_turned_down``: also those turned down at a verify-only shape, as a finalists' round
+    that was about to turn them down ranked them)."""
+    feasible = sorted((r for r in records(study) if (r.feasible or (with_turned_down and r.turned_down))
+                       and r.ratio is not None and math.isfinite(r.ratio)),
                       key=lambda r: r.ratio)  # type: ignore[arg-type, return-value]
     out: list[TrialRecord] = []
     for r in feasible:
@@ -309,7 +328,7 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
     finalists = {f["trial"] for f in entries}
     ranked = sum(1 for f in entries if not f.get("previous_best"))  # the top by search value the round took
     # Valid while no later trial (a resumed run) has entered the top that was re-measured.
-    if confirmed is not None and {r.number for r in top_records(study, ranked)} <= finalists:
+    if confirmed is not None and {r.number for r in top_records(study, ranked, with_turned_down=True)} <= finalists:
         for r in records(study):
             if r.number == confirmed["trial"] and r.feasible:
                 return r

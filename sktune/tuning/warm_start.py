@@ -96,13 +96,17 @@ def mapping_for(old: optuna.Study, workload: Workload, space: SearchSpace) -> st
         return "same model: the same op indices"
     if same_space:
         return "changed model, same ops and cuts: the same op indices"
-    if _op_keys(old.user_attrs.get(StudyAttr.OPS) or []) == _op_keys(workload.ops_json()):
-        # Same graph, other candidate cuts or options (e.g. the probe ran at other shapes):
-        # the op indices hold; each plan's parameters are checked against this space below.
-        return SAME_OPS
     old_unit, found = unit_signature(old.user_attrs.get(StudyAttr.OPS) or []), _repeated_unit(workload.targets,
                                                                                              workload.modules)
     unit, n_units = found if found is not None else (None, 0)
+    if (old_unit is None or unit is None) and _op_keys(old.user_attrs.get(StudyAttr.OPS) or []) == _op_keys(
+            workload.ops_json()):
+        # Same graph, other candidate cuts: a plan's parameters name blocks between cuts by
+        # position, so the same names would mean other op ranges here.
+        raise SktuneError(f"--warm-start: study {name!r} tuned the same ops in another search space (other "
+                          "candidate cuts or options): its plans' parameters would mean other op ranges here. The "
+                          "exactness probe draws the cuts at the shapes tuned: warm-start from a study tuned at the "
+                          "same shapes")
     if old_unit is None or unit is None:
         raise SktuneError(
             f"--warm-start: study {name!r} tuned another graph ({len(old.user_attrs.get(StudyAttr.OPS) or [])} "
@@ -119,10 +123,6 @@ def mapping_for(old: optuna.Study, workload: Workload, space: SearchSpace) -> st
             f"then, {len(unit)} now; first difference at op {at} of the layer: {named(old_unit)} then, "
             f"{named(unit)} now), so its pattern does not fit")
     return f"changed model, same repeated layer ({len(unit)} ops): its pattern re-stamped over {n_units} layers"
-
-
-#: The mapping of a study that tuned the same ops in another space (its plans fit only if their parameters do).
-SAME_OPS = "same ops, another search space (other candidate cuts or options)"
 
 
 def _op_keys(ops: Sequence[dict[str, Any]]) -> list[tuple[Any, Any]]:
@@ -165,10 +165,8 @@ def warm_plans(names: Sequence[str], storage: str, workload: Workload, space: Se
             trial = old.trials[record.number]
             misfit = [k for k, v in trial.params.items() if k not in domains or v not in domains[k]]
             if misfit:
-                hint = ("; the exactness probe draws the cuts where the model runs (its shapes): warm-start from a "
-                        "study tuned at the same shapes" if mapping == SAME_OPS else "")
                 raise SktuneError(f"--warm-start: trial {record.number} of study {name!r} has parameters this "
-                                  f"search space does not have ({', '.join(misfit[:5])}); {mapping}{hint}")
+                                  f"search space does not have ({', '.join(misfit[:5])}); {mapping}")
             overrides = carried_overrides(space, trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {},
                                           name, record.number)
             plan = WarmPlan(name, record.number, completed(space, trial.params), mapping, overrides)

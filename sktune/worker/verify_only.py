@@ -21,7 +21,7 @@ from sktune.errors import SktuneError
 from sktune.graph.capture_cache import capture_cached
 from sktune.load import ModelSource, draw_inputs
 from sktune.pipe.protocol import RunnerConfig
-from sktune.pipe.verify_shapes import VerifyResult
+from sktune.pipe.verify_shapes import NOT_VERIFIABLE, VerifyResult
 from sktune.plan import Plan
 from sktune.verify import compare_outputs, flatten_outputs
 from sktune.worker.startup import ShapeSet, check_same_ops, check_same_signature, shape_set, signature
@@ -89,4 +89,4 @@ class VerifyOnly:
             check_same_ops(self._primary.graph, graph, self._primary.name, name)
             return shape_set(self._backend, name, 0.0, graph, drawn), inputs
         except SktuneError as exc:  # the model file's mistake at this shape: not verifiable, say why
-            return f"not verifiable: {exc}", inputs
+            return f"{NOT_VERIFIABLE}: {exc}", inputs

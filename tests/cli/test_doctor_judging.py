@@ -90,6 +90,9 @@ def test_the_cache_rows_on_an_op_hash_release_give_the_cause_when_compiles_take_
     row = judge_cache("static_cache_option_sets", first, [Compile("other_options", 0.11, True, True),
                                                            Compile("main_again", 0.12, True, True)], "", why)
     assert row.kind == "could not check" and "op hash alone" in row.status
+    # A stale kernel reused (outputs not bitwise) differs there all the same: it went to the detail only.
+    stale = judge_cache("static_cache_scope_placements", first, [Compile("other_placement", 0.1, True, False)], "", why)
+    assert stale.kind == "differs" and "other_placement" in stale.status and "op hash alone" in stale.detail
     full = SimpleNamespace(backend=SimpleNamespace(static_cache=static_cache_rule("2.14.0")))
     assert _built_before(full, first) is None  # type: ignore[arg-type]
 

@@ -122,3 +122,16 @@ def test_a_stop_by_another_worker_is_not_claimed_as_this_runs(capsys: pytest.Cap
     print_summary(summary(study))
     printed = " ".join(capsys.readouterr().out.split())
     assert "another worker (pid 7 on elsewhere) stopped after trial #16: 6 trials in a row" in printed
+
+
+def test_another_live_worker_s_stop_is_kept_by_a_worker_that_ran_its_whole_budget() -> None:
+    # The worker that ran out of --trials usually finishes last, and erased the other's stop.
+    from dataclasses import replace
+
+    from sktune.tuning.loop import search
+
+    study = optuna.create_study()
+    beside = {"after_trial": 5, "patience": 6, "worker": {"host": "elsewhere", "pid": 7}}  # another host: may live
+    study.set_user_attr("stopped_early", beside)
+    search(study, lambda t: 0.9, replace(EFFORTS["quick"], trials=1, patience=None))
+    assert study.user_attrs["stopped_early"] == beside

@@ -297,7 +297,7 @@ def test_local_search_never_centres_on_a_plan_turned_down_at_a_verify_only_shape
     # search centred on them again (their ratios are the best) and proposed their neighbours.
     study = run(space, seed=3, n_trials=len(space.anchors()) + 4)
     kept = max(study.trials, key=lambda t: t.value)  # the slowest: every faster trial is turned down
-    study.set_user_attr(StudyAttr.VERIFIED, [{"trial": t.number, "shapes": {"w37": {"bitwise": False}}}
+    study.set_user_attr(StudyAttr.VERIFIED, [{"trial": t.number, "shapes": {"w37": {"bitwise": False, "mismatches": 2}}}
                                              for t in study.trials if t.number != kept.number])
     move = study.sampler._local_move(study)
     assert move is not None and move.plan in {n.plan for n in neighbours(space, kept.params)}

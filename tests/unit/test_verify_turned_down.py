@@ -1,0 +1,62 @@
+"""Plans turned down at a verify-only shape (records.verify_turned_down): which outcomes turn a
+plan down for good, and the best after a round that turned one down (no worker, no compile)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+import pytest
+
+from sktune.measure.stats import PairedTiming
+from sktune.plan import Plan, Scope
+from sktune.tuning.records import StudyAttr, best_record, feasible_trials, top_records
+
+N_OPS = 5
+UNFUSED = Plan.make([Scope(0, N_OPS - 1, None)], {})
+
+
+def fused(size: int) -> Plan:
+    return Plan.make([Scope(0, N_OPS - 1, "all")], {"max_fusion_size": size})
+
+
+def study_of(plans: list[tuple[Plan, float]]) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study()
+    study.set_user_attr(StudyAttr.OPS, [{"index": i, "target": "relu", "module": ""} for i in range(N_OPS)])
+    dist = {"k": optuna.distributions.IntDistribution(0, 9)}
+    for k, (plan, ratio) in enumerate(plans):
+        timing = PairedTiming(1e-5, ratio * 1e-5, ratio, (ratio - 0.01, ratio + 0.01), 30).to_json()
+        study.add_trial(optuna.trial.create_trial(
+            value=ratio, params={"k": k}, distributions=dist, constraints={"bitwise": 0.0},
+            user_attrs={"plan": plan.to_json(), "timing": timing, **({"anchor": "unfused"} if k == 0 else {})}))
+    return study
+
+
+def verified(study: optuna.Study, outcomes: dict[int, dict[str, Any]]) -> None:
+    study.set_user_attr(StudyAttr.VERIFIED, [{"trial": n, "shapes": {"w37": o}} for n, o in outcomes.items()])
+
+
+def test_the_round_s_verdict_stands_when_it_turned_a_finalist_down() -> None:
+    # Finalists #1-#3 (search order), #1 turned down, #3 re-measured fastest and named. The check
+    # "did a trial outside the round enter the top?" saw #0 (unfused) climb into the top 3 once
+    # #1 left it, dropped the verdict and named #2, never verified.
+    study = study_of([(UNFUSED, 1.0), (fused(16), 0.55), (fused(64), 0.6), (fused(256), 0.7)])
+    verified(study, {1: {"bitwise": False, "mismatches": 3, "reason": None}, 3: {"bitwise": True, "mismatches": 0}})
+    study.set_user_attr(StudyAttr.FINALISTS, [{"trial": n} for n in (1, 2, 3)])
+    study.set_user_attr(StudyAttr.CONFIRM_BEST, {"trial": 3, "bitwise": True})
+    assert best_record(study).number == 3
+    assert [r.number for r in top_records(study, 3)] == [2, 3, 0]
+    assert [t.number for t in feasible_trials(study)] == [0, 2, 3]  # patience and the seeds skip #1 too
+
+
+@pytest.mark.parametrize(("outcome", "down"), [
+    ({"bitwise": False, "mismatches": 3, "reason": None}, True),
+    ({"bitwise": False, "mismatches": 0, "reason": "not verifiable: shapes 'w32' and 'w37' capture different graphs"},
+     True),
+    ({"bitwise": False, "mismatches": 0, "reason": "the worker gave no answer (timed out)"}, False),  # may pass
+])
+def test_only_what_the_plan_decides_turns_it_down_for_good(outcome: dict[str, Any], down: bool) -> None:
+    study = study_of([(UNFUSED, 1.0), (fused(16), 0.55)])
+    verified(study, {0: outcome, 1: outcome})
+    assert [r.number for r in top_records(study, 2)] == ([0] if down else [1, 0])  # the unfused plan never
