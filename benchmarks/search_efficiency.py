@@ -157,7 +157,7 @@ def live(model: Path, trials: int = 30, workdir: Path = Path("bench/live"), seed
     if layers is not None:
         model = _stack_model(model, layers, workdir)
     from sktune.tuning.loop import tune
-    from sktune.tuning.records import StudyAttr, TrialAttr
+    from sktune.tuning.attrs import StudyAttr, TrialAttr
     from sktune.tuning.settings import TuneSettings
     from sktune.tuning.summary import summary
 
@@ -271,7 +271,7 @@ def _stack_model(model: Path, layers: int, workdir: Path) -> Path:
 
 def _breakdown(study: "optuna.Study") -> str:  # noqa: F821
     """Median compile, verify, measure and the rest (IPC, bookkeeping) per trial; regions reused."""
-    from sktune.tuning.records import TrialAttr
+    from sktune.tuning.attrs import TrialAttr
 
     rows = [t.user_attrs for t in study.trials if TrialAttr.COMPILE_S in t.user_attrs]
     if not rows:

@@ -196,7 +196,8 @@ def main(model: Path, workdir: Annotated[Path, typer.Option()] = Path("bench/ski
     data = json.loads(summary.read_text())
     import optuna
 
-    from sktune.tuning.records import TrialAttr, has_ratio, is_feasible, timing_of
+    from sktune.tuning.attrs import TrialAttr
+    from sktune.tuning.records import has_ratio, is_feasible, timing_of
 
     study = optuna.load_study(study_name=study_name, storage="sqlite:///skill-cmp.db")
     timed = [(t, timing_of(t)) for t in study.trials]

@@ -15,7 +15,8 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT
-from sktune.tuning.records import TrialAttr, best_record, feasible_trials
+from sktune.tuning.attrs import TrialAttr
+from sktune.tuning.records import best_record, feasible_trials
 from sktune.tuning.refine import REFINED
 
 STARTING_POINT, REFINEMENT, CULPRIT, LOCAL, TPE, RANDOM = (

@@ -35,7 +35,8 @@ from sktune.tuning.budget import EFFORTS, ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
 from sktune.pipe.protocol import TimingUpdate, TrialRequest, TrialResult, WorkerFailure
-from sktune.tuning.records import TrialAttr, feasible_ratios, skipped
+from sktune.tuning.attrs import TrialAttr
+from sktune.tuning.records import feasible_ratios, skipped
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
 from sktune.pipe.workload import Workload

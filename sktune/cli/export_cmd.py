@@ -36,7 +36,7 @@ def export_command(
 
         from sktune.errors import SktuneError
         from sktune.report.export import export_json, export_patch, export_python
-        from sktune.tuning.records import StudyAttr
+        from sktune.tuning.attrs import StudyAttr
         from sktune.tuning.storage import load_existing_study
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -137,7 +137,7 @@ def _write_stopped_summary(path: Path, study: str, storage: str, how: str) -> No
     ``stopped`` says how the run ended; its ``provisional`` why the figures are the search's).
     Nothing saved, or the storage gone: one line, no file."""
     from sktune.errors import SktuneError
-    from sktune.tuning.records import is_prepared
+    from sktune.tuning.attrs import is_prepared
     from sktune.tuning.storage import load_existing_study
     from sktune.tuning.summary import summary
 
@@ -254,7 +254,8 @@ class _Progress:
         self.progress.update(self.task, description=text, total=self.progress.tasks[0].completed)
 
     def on_trial(self, study: Any, trial: Any) -> None:
-        from sktune.tuning.records import TrialAttr, best_record, speedup_of
+        from sktune.tuning.attrs import TrialAttr
+        from sktune.tuning.records import best_record, speedup_of
         from sktune.tuning.refine import REFINED
 
         # Trials on top of --trials widen the bar (it read 5/4): those after the search

@@ -16,7 +16,8 @@ import pandas as pd
 
 from sktune.graph.grouping import group_ops
 from sktune.plan import Plan
-from sktune.tuning.records import StudyAttr, TrialAttr, best_record, speedup_interval
+from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.records import best_record, speedup_interval
 from sktune.tuning.shapes import exact_where_text
 from sktune.tuning.verified import fuse_all_bitwise
 

@@ -17,7 +17,7 @@ from sktune.errors import ExportError
 from sktune.graph.grouping import regions
 from sktune.plan import Plan
 from sktune.tuning.settings import DEFAULT_STORAGE
-from sktune.tuning.records import StudyAttr, is_prepared
+from sktune.tuning.attrs import StudyAttr, is_prepared
 from sktune.tuning.storage import mask_url
 from sktune.tuning.through_compile import through_compile_line
 

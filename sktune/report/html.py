@@ -19,7 +19,7 @@ from sktune.backends._base import Backend
 from sktune.report import data, figures, trials_data
 from sktune.report.html_summary import summary_section
 from sktune.report.html_table import SORT_JS, cell, esc, interval, num, table, us
-from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.attrs import StudyAttr, TrialAttr
 
 log = logging.getLogger(__name__)
 

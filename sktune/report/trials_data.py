@@ -14,8 +14,9 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from sktune.tuning.records import (TrialAttr, TrialRecord, feasible_trials, has_ratio, interrupted, is_yardstick,
-                                   records, stopped_failure)
+from sktune.tuning.attrs import TrialAttr
+from sktune.tuning.records import (TrialRecord, feasible_trials, has_ratio, interrupted, is_yardstick, records,
+                                   stopped_failure)
 from sktune.tuning.verified import describe_failure, first_failure, not_bitwise_at, verified_outcomes
 
 FINISHED = ("COMPLETE", "FAIL", "PRUNED")

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import optuna
 
 from sktune.pipe.protocol import CONFIRM_ROUNDS
-from sktune.tuning.records import (StudyAttr, TrialAttr, feasible_ratios, feasible_trials, heaviest_shape_ratio,
-                                   is_feasible, reused, skipped, timing_of)
+from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.records import (feasible_ratios, feasible_trials, heaviest_shape_ratio, is_feasible, reused,
+                                   skipped, timing_of)
 from sktune.tuning.workers import worker_tag
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 
 from sktune.errors import SktuneError
-from sktune.tuning.records import StudyAttr, is_prepared
+from sktune.tuning.attrs import StudyAttr, is_prepared
 from sktune.tuning.storage import mask_url
 from sktune.tuning.workers import may_be_alive, worker_tag
 from sktune.tuning.supervisor import WORKER_START_TIMEOUT_S

@@ -30,7 +30,8 @@ from optuna.trial import TrialState
 from sktune.capabilities import OptionSpec
 from sktune.space.search_space import SearchSpace
 from sktune.pipe.protocol import BisectResult
-from sktune.tuning.records import FIXED, TrialAttr, feasible_ratios, interrupted, is_feasible, planned_params
+from sktune.tuning.attrs import TrialAttr
+from sktune.tuning.records import FIXED, feasible_ratios, interrupted, is_feasible, planned_params
 
 log = logging.getLogger(__name__)
 

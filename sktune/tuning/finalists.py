@@ -13,8 +13,8 @@ from sktune.graph.grouping import group_ops
 from sktune.plan import Plan
 from sktune.measure.stats import PairedTiming
 from sktune.pipe.protocol import CONFIRM_ROUNDS, ConfirmRequest, ProfileRequest, WorkerFailure, rounds_timeout
-from sktune.tuning.records import (FUSE_ALL, StudyAttr, TrialAttr, TrialRecord, anchor_record, best_record, records,
-                                   speedup_of, top_records)
+from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.records import FUSE_ALL, TrialRecord, anchor_record, best_record, records, speedup_of, top_records
 from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
 from sktune.tuning.supervisor import SupervisedWorker
 from sktune.tuning.verified import all_bitwise, describe_failure, record, verify_plan, verify_shape_names

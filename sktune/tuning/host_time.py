@@ -17,7 +17,7 @@ import optuna
 
 from sktune.backends import REGISTRY, backend_class
 from sktune.pipe.workload import Workload
-from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.attrs import StudyAttr, TrialAttr
 from sktune.tuning.workers import worker_tag
 
 

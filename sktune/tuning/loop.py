@@ -23,7 +23,8 @@ from sktune.tuning.through_compile import time_through_compile
 from sktune.tuning.unprepared import dropped_unless_prepared
 from sktune.tuning.objective import ObjectiveRules, TrialFailed, make_objective
 from sktune.space.search_space import UNFUSED
-from sktune.tuning.records import FUSE_ALL, StudyAttr, TrialAttr, is_prepared, ran_anchor
+from sktune.tuning.attrs import StudyAttr, TrialAttr, is_prepared
+from sktune.tuning.records import FUSE_ALL, ran_anchor
 from sktune.tuning.refine import refine_best
 from sktune.tuning.creator import (awaited_creator, creator_heartbeat, measures_space_inputs, take_over,
                                    wait_for_creator)

@@ -37,7 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sktune.space.neighbours import Neighbour, full_params
 from sktune.plan import Plan, Scope
 from sktune.space.search_space import SearchSpace
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.attrs import TrialAttr
 
 RIDGE = 1.0  # weight decay of the fit, in units of one trial's squared error
 # Ranked by a lower confidence bound (prediction minus KAPPA standard errors), as a

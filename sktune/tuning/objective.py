@@ -30,7 +30,7 @@ from sktune.plan import Plan
 from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.dcci_seed import enqueue_dcci_seed
 from sktune.pipe.protocol import TrialRequest, TrialWorker, WorkerFailure
-from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
+from sktune.tuning.attrs import BITWISE_CONSTRAINT, TrialAttr
 from sktune.tuning.reuse import MeasuredPlans, take_outcome, wait_for_twin
 from sktune.tuning.sampler import hopeless_filter
 from sktune.tuning.shapes import ShapeOutcome, weighted_timing

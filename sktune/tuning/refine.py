@@ -29,7 +29,8 @@ from sktune.graph.structure import unit_starts
 from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace
 from sktune.tuning.objective import TrialFailed
-from sktune.tuning.records import FUSE_ALL, REFINED, StudyAttr, TrialAttr, anchor_record, top_records
+from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.records import FUSE_ALL, REFINED, anchor_record, top_records
 
 log = logging.getLogger(__name__)
 

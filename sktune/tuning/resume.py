@@ -23,7 +23,8 @@ from sktune.space.search_space import FUSE_ALL, SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner
 from sktune.tuning.creator import await_creator_record, record_creator, record_waiter
 from sktune.tuning.dcci_seed import requeue_stopped_seeds
-from sktune.tuning.records import StudyAttr, TrialAttr, planned_plans
+from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.records import planned_plans
 from sktune.tuning.sampler import attach_space, hopeless_filter, make_sampler
 from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import check_journal_whole, check_made_by_sktune, make_storage, mask_url, storage_error

@@ -42,8 +42,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from sktune.plan import Plan
-from sktune.tuning.records import (FINISHED, FIXED, TrialAttr, interrupted, is_yardstick, plan_of, reused, skipped,
-                                   started_at)
+from sktune.tuning.attrs import TrialAttr
+from sktune.tuning.records import FINISHED, FIXED, interrupted, is_yardstick, plan_of, reused, skipped, started_at
 from sktune.tuning.trial_writer import record_reused
 
 # The result attributes a copy carries. Costs (compile_s, measure_s, overhead_s,

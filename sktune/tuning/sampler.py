@@ -42,8 +42,8 @@ from sktune.space.neighbours import Neighbour, full_params, neighbours
 from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 from sktune.tuning.move_model import observed_ratio, rank, trial_plan
-from sktune.tuning.records import (FIXED, TrialAttr, has_ratio, is_feasible, is_yardstick, reused, skipped,
-                                   verify_turned_down)
+from sktune.tuning.attrs import TrialAttr
+from sktune.tuning.records import FIXED, has_ratio, is_feasible, is_yardstick, reused, skipped, verify_turned_down
 from sktune.tuning.workers import worker_tag
 from sktune.tuning.trial_writer import record_proposed, record_worker_at_ask
 

@@ -15,7 +15,7 @@ from typing import Any
 from optuna.trial import TrialState
 
 from sktune.measure.stats import PairedTiming
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.attrs import TrialAttr
 
 
 @dataclass(frozen=True)

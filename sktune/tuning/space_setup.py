@@ -14,7 +14,7 @@ from sktune.space.layout import MAX_CUTS
 from sktune.plan import Plan
 from sktune.space.search_space import UNFUSED, SearchSpace, build_space, unique_by_plan
 from sktune.space.seeds import profile_seeds
-from sktune.tuning.records import StudyAttr
+from sktune.tuning.attrs import StudyAttr
 from sktune.pipe.workload import Workload
 
 def space_from_workload(workload: Workload, stamp: bool = True, max_cuts: int = MAX_CUTS,

@@ -22,7 +22,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from sktune.errors import SktuneError
-from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.attrs import StudyAttr, TrialAttr
 from sktune.tuning.workers import GRACE_PERIOD_S
 
 HEARTBEAT_INTERVAL_S = 10

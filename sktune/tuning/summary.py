@@ -12,9 +12,10 @@ from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
 from sktune.space.search_space import UNFUSED
-from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, StudyAttr, TrialAttr, TrialRecord,
-                                   anchor_record, best_record, interrupted, is_yardstick, plan_of, records, reused,
-                                   speedup_interval, speedup_of, stopped_failure)
+from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, TrialRecord, anchor_record, best_record, interrupted,
+                                   is_yardstick, plan_of, records, reused, speedup_interval, speedup_of,
+                                   stopped_failure)
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
 from sktune.tuning.through_compile import through_compile_summary

@@ -18,7 +18,8 @@ from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
 from sktune.pipe.protocol import CONFIRM_ROUNDS, ThroughCompileRequest, WorkerFailure, rounds_timeout
 from sktune.plan import Plan
-from sktune.tuning.records import StudyAttr, best_record
+from sktune.tuning.attrs import StudyAttr
+from sktune.tuning.records import best_record
 
 if TYPE_CHECKING:  # the report and the export read the record without a worker
     from sktune.tuning.supervisor import SupervisedWorker

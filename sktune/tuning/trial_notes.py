@@ -12,7 +12,7 @@ import logging
 import optuna
 
 from sktune.pipe.protocol import TrialResult
-from sktune.tuning.records import StudyAttr
+from sktune.tuning.attrs import StudyAttr
 from sktune.tuning.trial_writer import add_static_compile
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ from optuna.trial import FrozenTrial
 from sktune.measure.stats import PairedTiming
 from sktune.pipe.protocol import BisectResult, StaticCompile, TrialResult, WorkerFailure
 from sktune.plan import Plan
-from sktune.tuning.records import INTERRUPTED, TrialAttr
+from sktune.tuning.attrs import TrialAttr
+from sktune.tuning.records import INTERRUPTED
 from sktune.tuning.shapes import ShapeOutcome
 
 TRACE_CHARS = 4000  # the end of a failure's traceback kept in the study

@@ -15,7 +15,7 @@ from typing import Any
 
 import optuna
 
-from sktune.tuning.records import StudyAttr, is_prepared
+from sktune.tuning.attrs import StudyAttr, is_prepared
 from sktune.tuning.storage import make_storage, mask_url
 from sktune.tuning.workers import may_be_alive, worker_tag
 

@@ -20,7 +20,7 @@ from sktune.backends import REGISTRY, backend_class
 from sktune.pipe.protocol import WorkerFailure
 from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
 from sktune.plan import Plan
-from sktune.tuning.records import StudyAttr
+from sktune.tuning.attrs import StudyAttr
 
 if TYPE_CHECKING:  # the summary reads this module without starting any worker
     from sktune.tuning.supervisor import SupervisedWorker

@@ -27,7 +27,8 @@ import optuna
 from sktune.errors import PlanError, SktuneError
 from sktune.graph.structure import find_repeats, unit_key
 from sktune.space.search_space import FUSE_ALL, NO_SCOPES, UNFUSED, SearchSpace
-from sktune.tuning.records import FUSE_EVERYTHING, StudyAttr, TrialAttr, top_records
+from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.records import FUSE_EVERYTHING, top_records
 from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import existing_study_names, journal_path, make_storage, mask_url, sqlite_file
 from sktune.pipe.workload import Workload

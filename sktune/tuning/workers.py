@@ -18,7 +18,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.attrs import TrialAttr
 from sktune.tuning.trial_writer import mark_interrupted
 
 log = logging.getLogger(__name__)

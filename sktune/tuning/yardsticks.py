@@ -51,7 +51,8 @@ from sktune.space.encode import params_of
 from sktune.space.search_space import SearchSpace
 from sktune.pipe.workload import Workload
 from sktune.tuning.objective import TrialFailed
-from sktune.tuning.records import TrialAttr, feasible_trials, is_yardstick
+from sktune.tuning.attrs import TrialAttr
+from sktune.tuning.records import feasible_trials, is_yardstick
 from sktune.tuning.refine import REFINED, costly_variants
 from sktune.tuning.shapes import best_alone, outcomes_of
 from sktune.tuning.space_setup import space_from_workload, starting_points

@@ -222,7 +222,7 @@ def test_the_progress_bar_widens_for_each_trial_on_top_of_the_budget() -> None:
     """Skipped, reused and past-budget trials do not use up --trials (budget.TrialBudget,
     loop.run_unfused_if_missing): the bar read 5/4 at the end of a run."""
     from sktune.cli.run_cmd import _Progress
-    from sktune.tuning.records import TrialAttr
+    from sktune.tuning.attrs import TrialAttr
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study()
@@ -244,7 +244,7 @@ def test_a_worker_warns_once_of_another_on_this_host_even_one_started_after_it(
     import socket
 
     from sktune.cli.run_cmd import _Progress
-    from sktune.tuning.records import TrialAttr
+    from sktune.tuning.attrs import TrialAttr
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study()

@@ -45,7 +45,7 @@ def test_a_run_stopped_before_its_study_was_prepared_writes_no_summary(tmp_path:
     import optuna
 
     from sktune.cli.run_cmd import _write_stopped_summary
-    from sktune.tuning.records import StudyAttr
+    from sktune.tuning.attrs import StudyAttr
 
     storage = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(study_name="s", storage=storage)

@@ -26,7 +26,7 @@ from sktune.tuning.resume import StartingQueue
 from sktune.tuning.objective import ObjectiveRules, make_objective
 from sktune.pipe.protocol import (BisectRequest, BisectResult, TimingUpdate, TrialRequest, TrialResult,
                                     WorkerFailure)
-from sktune.tuning.records import BITWISE_CONSTRAINT, TrialAttr
+from sktune.tuning.attrs import BITWISE_CONSTRAINT, TrialAttr
 from sktune.worker.runner import RunnerConfig, TrialRunner
 from sktune.tuning.space_setup import space_from_workload
 

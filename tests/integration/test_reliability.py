@@ -15,7 +15,7 @@ import optuna
 import pytest
 from optuna.storages.journal._storage import JournalOperation  # the log's op codes
 
-from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.attrs import StudyAttr, TrialAttr
 from sktune.tuning.refine import REFINED
 from sktune.tuning.storage import make_storage
 

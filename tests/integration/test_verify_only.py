@@ -22,7 +22,8 @@ from sktune.report.export import export_json, export_python
 from sktune.report.html import render
 from sktune.report.trials_data import failures, parallel, trials_table
 from sktune.tuning.finalists import confirm_finalists
-from sktune.tuning.records import StudyAttr, best_record, records, top_records
+from sktune.tuning.attrs import StudyAttr
+from sktune.tuning.records import best_record, records, top_records
 from sktune.tuning.summary import summary
 from sktune.tuning.supervisor import SupervisedWorker, runner_config
 from sktune.tuning.verified import capture_limit_warning, fuse_all_bitwise

@@ -9,7 +9,7 @@ import pytest
 
 from sktune.measure.stats import PairedTiming
 from sktune.tuning.budget import EFFORTS, ClearlyWorsePruner, Patience, TrialBudget
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.attrs import TrialAttr
 from sktune.tuning.settings import TuneSettings
 
 

@@ -14,7 +14,7 @@ from sktune.space.ascend_anchors import superkernel_anchors
 from sktune.space.search_space import SearchSpace, build_space
 from sktune.tuning.dcci_seed import DCCI_FROM_CULPRIT, enqueue_dcci_seed, not_worth_it
 from sktune.pipe.protocol import BisectResult
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.attrs import TrialAttr
 
 TARGETS = ["mul", "index_select", "add", "linear", "gather", "add"]
 MODULES = ["layers.0.norm", "layers.0.mlp", "layers.0.mlp", "layers.1.mlp", "layers.1.mlp", ""]

@@ -391,7 +391,7 @@ def test_exporting_a_study_still_being_prepared_says_so(tmp_path: Path) -> None:
     # It said "no bitwise-exact completed trial …; run more trials" of a study its creator
     # was preparing (a second worker's export during the first's start-up).
     from sktune.report.export import export_json
-    from sktune.tuning.records import StudyAttr
+    from sktune.tuning.attrs import StudyAttr
 
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
     study.set_user_attr(StudyAttr.CREATOR, {"host": "h1", "pid": 42, "at": 0.0})

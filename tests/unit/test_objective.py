@@ -18,7 +18,8 @@ from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
 from sktune.pipe.protocol import BisectResult, TimingUpdate, TrialRequest, TrialResult, WorkerFailure
-from sktune.tuning.records import TrialAttr, is_feasible
+from sktune.tuning.attrs import TrialAttr
+from sktune.tuning.records import is_feasible
 
 TARGETS = ["pow", "mean", "add", "mul"]
 CAPS = Capabilities(options=(OptionSpec("max_fusion_size", (16, 64), 64),), fallback_candidates=("mean",),

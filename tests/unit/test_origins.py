@@ -9,7 +9,7 @@ import optuna
 
 from sktune.benchlib.origins import (CULPRIT, LOCAL, RANDOM, REFINEMENT, STARTING_POINT, TPE, origin_table,
                                      sampled)
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.attrs import TrialAttr
 from tests.report_fixtures import _timing
 
 

@@ -12,7 +12,7 @@ from sktune.backends.inductor import InductorBackend
 from sktune.graph.capture import capture
 from sktune.load import build, draw_inputs, load_model_file
 from sktune.space.search_space import build_space
-from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.attrs import StudyAttr, TrialAttr
 from sktune.tuning.refine import changes_anything, next_refinement, refine_best
 from tests.report_fixtures import _timing
 

@@ -21,7 +21,7 @@ import pytest
 from sktune.errors import SktuneError
 from sktune.graph.opgraph import Op
 from sktune.space.search_space import SearchSpace
-from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.attrs import StudyAttr, TrialAttr
 from sktune.measure.op_profile import OpProfile
 from sktune.tuning import creator, unprepared
 from sktune.tuning.creator import awaited_creator, measures_space_inputs, wait_for_creator

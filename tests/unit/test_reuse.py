@@ -16,7 +16,8 @@ from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
 from sktune.pipe.protocol import WorkerFailure
-from sktune.tuning.records import StudyAttr, TrialAttr, is_feasible
+from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.records import is_feasible
 from sktune.tuning.summary import summary
 from tests.unit.test_objective import CHUNKS, TARGETS, ScriptedWorker, distinct, fuse_all, result, run_study
 from tests.unit.test_objective import space as space  # noqa: F401  (the fixture)

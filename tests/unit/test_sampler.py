@@ -14,7 +14,7 @@ import pytest
 from sktune.space.neighbours import full_params, neighbours
 from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace, build_space
-from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.attrs import StudyAttr, TrialAttr
 from sktune.tuning.sampler import TIE, SktuneSampler, attach_space
 from tests.unit.test_space import BOUNDARIES, INDUCTOR_LIKE, MODULES, NPU_LIKE, TARGETS
 

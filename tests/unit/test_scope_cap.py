@@ -18,7 +18,7 @@ from sktune.space.search_space import build_space
 from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.attrs import TrialAttr
 from tests.unit.test_objective import CHUNKS, ScriptedWorker, result
 
 TARGETS = ["mul", "add"] * 6

@@ -11,7 +11,7 @@ from sktune.cli.summary_view import print_summary
 from sktune.report import data
 from sktune.report.export import export_python
 from sktune.report.html import render
-from sktune.tuning.records import StudyAttr
+from sktune.tuning.attrs import StudyAttr
 from sktune.tuning.summary import summary
 from tests.report_fixtures import _plan, _timing
 
@@ -263,7 +263,7 @@ def test_keeping_unfused_gives_each_shape_a_regret_its_line_adds_up_to() -> None
 def test_a_trial_its_stopped_run_failed_is_interrupted_not_failed() -> None:
     """"1 failed" with "interrupted: its sktune process was killed" as the most frequent reason:
     a stopped run says nothing of a plan, and the plan runs again."""
-    from sktune.tuning.records import TrialAttr
+    from sktune.tuning.attrs import TrialAttr
     from sktune.tuning.summary import summary
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)

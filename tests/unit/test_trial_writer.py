@@ -11,7 +11,8 @@ import optuna
 from sktune.measure.stats import PairedTiming
 from sktune.pipe.protocol import StaticCompile
 from sktune.plan import Plan, Scope
-from sktune.tuning.records import TrialAttr, TrialRecord, skipped
+from sktune.tuning.attrs import TrialAttr
+from sktune.tuning.records import TrialRecord, skipped
 from sktune.tuning.shapes import ShapeOutcome
 from sktune.tuning.reuse import reusable
 from sktune.tuning.trial_writer import (add_static_compile, mark_interrupted, mark_skipped, record_plan,

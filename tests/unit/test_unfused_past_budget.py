@@ -11,7 +11,7 @@ from sktune.space.search_space import UNFUSED, SearchSpace
 from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
-from sktune.tuning.records import TrialAttr
+from sktune.tuning.attrs import TrialAttr
 from sktune.tuning.resume import StartingQueue
 from tests.unit.test_objective import CHUNKS, TARGETS, ScriptedWorker, distinct, result
 from tests.unit.test_objective import space as space  # noqa: F401  (the fixture)
@@ -105,7 +105,7 @@ def test_a_search_ended_by_its_timeout_says_so_and_a_later_one_clears_it(space: 
     said why the run ended."""
     import time
 
-    from sktune.tuning.records import StudyAttr
+    from sktune.tuning.attrs import StudyAttr
 
     a, b, c = distinct(space)
     queue = StartingQueue([("a", a), ("b", b), ("c", c)])

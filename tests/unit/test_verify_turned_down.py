@@ -10,7 +10,8 @@ import pytest
 
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan, Scope
-from sktune.tuning.records import StudyAttr, best_record, feasible_trials, top_records
+from sktune.tuning.attrs import StudyAttr
+from sktune.tuning.records import best_record, feasible_trials, top_records
 
 N_OPS = 5
 UNFUSED = Plan.make([Scope(0, N_OPS - 1, None)], {})

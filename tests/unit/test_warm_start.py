@@ -17,7 +17,7 @@ from sktune.graph.opgraph import Op
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
 from sktune.space.search_space import SearchSpace, build_space
-from sktune.tuning.records import StudyAttr, TrialAttr
+from sktune.tuning.attrs import StudyAttr, TrialAttr
 from sktune.tuning.resume import StartingQueue
 from sktune.tuning.summary import warm_start_outcomes
 from sktune.tuning.warm_start import carried_overrides, completed, mapping_for, unit_signature, warm_plans

@@ -24,7 +24,8 @@ from sktune.report.html_summary import _shapes
 from sktune.tuning.budget import ClearlyWorsePruner, Effort
 from sktune.tuning.loop import search
 from sktune.tuning.objective import ObjectiveRules, make_objective
-from sktune.tuning.records import StudyAttr, TrialAttr, best_record, is_feasible, top_records
+from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.records import best_record, is_feasible, top_records
 from sktune.tuning.reuse import MeasuredPlans
 from sktune.tuning.sampler import make_sampler
 from sktune.tuning.shapes import shapes_summary
