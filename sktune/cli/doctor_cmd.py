@@ -69,7 +69,7 @@ def doctor_command(
         os._exit(0)
 
 
-def summary(report: DoctorReport) -> str:
+def counts_line(report: DoctorReport) -> str:
     """Counts by status, the rows that are not confirmed named: ``12 confirmed, 1 differs (x), ...``."""
     parts = []
     for kind in _STYLE:
@@ -127,6 +127,6 @@ def _print(report: DoctorReport, workdir: Path, output: Path | None) -> None:
         for row in report.checks:
             line = f"{row.name}: {row.status}" + (f" | {row.detail}" if row.detail else "")
             console.print(line, highlight=False, markup=False, soft_wrap=True)
-    console.print(summary(report) + f"; files of this run: {workdir}", highlight=False, soft_wrap=True)
+    console.print(counts_line(report) + f"; files of this run: {workdir}", highlight=False, soft_wrap=True)
     hint = f"wrote {output}" if output else "attach `sktune doctor --json -o doctor.json` to a report"
     console.print(hint, highlight=False, soft_wrap=True)

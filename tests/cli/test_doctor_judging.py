@@ -169,11 +169,11 @@ def test_the_old_key_set_still_checks_the_torch_pin() -> None:
 
 
 def test_the_summary_names_failing_rows_and_an_empty_detail_leaves_no_bar(capsys: pytest.CaptureFixture) -> None:
-    from sktune.cli.doctor_cmd import _print, summary
+    from sktune.cli.doctor_cmd import _print, counts_line
 
     report = records.DoctorReport("npu", False, (records.confirmed("a", "ok"), records.differs("b", "x"),
                                                  records.could_not("c", "y"), records.info("d", "CANN 8")), "/w")
-    assert summary(report) == "1 confirmed, 1 differs (b), 1 could not check (c), 1 info (d)"
+    assert counts_line(report) == "1 confirmed, 1 differs (b), 1 could not check (c), 1 info (d)"
     assert [c["kind"] for c in report.to_json()["checks"]] == ["confirmed", "differs", "could_not_check", "info"]
     assert report.to_json()["workdir"] == "/w"
     _print(report, Path("/w"), None)
