@@ -3,8 +3,6 @@ summary that ``--summary-json`` writes (``tuning/summary.py``)."""
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import Any
 
 from rich.markup import escape
@@ -144,9 +142,11 @@ def print_summary(data: dict[str, Any]) -> None:
         console.print(f"stopped at --timeout {stop['timeout_s']:g} s after trial #{stop['after_trial']}: "
                       "run the same command again to go on")
     if data.get("stopped_early"):
+        from sktune.tuning.workers import is_this_process
+
         stop = data["stopped_early"]
         worker = stop.get("worker") or {}
-        mine = not worker or (worker.get("host"), worker.get("pid")) == (socket.gethostname(), os.getpid())
+        mine = not worker or is_this_process(worker)
         who = "stopped" if mine else f"another worker (pid {worker.get('pid')} on {worker.get('host')}) stopped"
         console.print(f"{who} after trial #{stop['after_trial']}: {stop['patience']} trials in a row "
                       "without a significant gain (--patience, --no-stop)")

@@ -30,7 +30,7 @@ from sktune.tuning.creator import (awaited_creator, creator_heartbeat, measures_
                                    wait_for_creator)
 from sktune.tuning.resume import StartingQueue, open_study, prepare
 from sktune.tuning.settings import TuneSettings
-from sktune.tuning.workers import fail_orphaned_trials, may_be_alive, worker_tag
+from sktune.tuning.workers import fail_orphaned_trials, is_this_process, may_be_alive
 from sktune.tuning.trial_writer import mark_past_budget
 from sktune.tuning.space_setup import reuse_space_inputs, space_from_workload
 from sktune.tuning.host_time import record_earlier_runs, record_run
@@ -82,8 +82,7 @@ def _stale_stop(stop: dict[str, Any] | None) -> bool:
     worker = (stop or {}).get("worker")
     if not stop or not worker:
         return bool(stop)
-    this = worker_tag()
-    return (worker.get("host"), worker.get("pid")) == (this["host"], this["pid"]) or not may_be_alive(worker)
+    return is_this_process(worker) or not may_be_alive(worker)
 
 
 def run_unfused_if_missing(study: optuna.Study, objective: Callable[[optuna.Trial], float], starting: StartingQueue,

@@ -11,13 +11,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 import optuna
 
 from sktune.tuning.attrs import StudyAttr, is_prepared
 from sktune.tuning.storage import make_storage, mask_url
-from sktune.tuning.workers import may_be_alive, worker_tag
+from sktune.tuning.workers import is_this_process, may_be_alive
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ def _hand_over_or_delete(study: optuna.Study, storage: str) -> None:
         if is_prepared(attrs):
             return
         waiter = attrs.get(StudyAttr.WAITER)
-        if waiter and may_be_alive(waiter) and not _this_run(waiter):
+        if waiter and may_be_alive(waiter) and not is_this_process(waiter):
             study.set_user_attr(StudyAttr.CREATOR, {})  # gone: a waiter takes over (``_awaited``)
             log.info("stopped before preparing the study: left to the worker waiting for it (pid %s on %s)",
                      waiter.get("pid"), waiter.get("host"))
@@ -81,11 +80,6 @@ def stop_note(name: str, storage: str) -> str:
     return saved
 
 
-def _this_run(tag: dict[str, Any]) -> bool:
-    here = worker_tag()
-    return tag.get("host") == here["host"] and tag.get("pid") == here["pid"]
-
-
 def _creator_is_this_run_or_none(study: optuna.Study) -> bool:
     """An unprepared study that this run took over, or whose creator handed it to no one yet."""
     try:
@@ -93,7 +87,7 @@ def _creator_is_this_run_or_none(study: optuna.Study) -> bool:
     except KeyError:  # deleted already
         return False
     creator = attrs.get(StudyAttr.CREATOR)
-    return not is_prepared(attrs) and (creator == {} or (bool(creator) and _this_run(creator)))
+    return not is_prepared(attrs) and (creator == {} or (bool(creator) and is_this_process(creator)))
 
 
 def _delete_if_empty(study: optuna.Study, storage: str) -> None:

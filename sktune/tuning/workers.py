@@ -43,6 +43,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def is_this_process(tag: dict[str, Any]) -> bool:
+    """Whether a ``worker_tag`` names this process (its host and pid)."""
+    return (tag.get("host"), tag.get("pid")) == (socket.gethostname(), os.getpid())
+
+
 def may_be_alive(tag: dict[str, Any]) -> bool:
     """Whether the process a ``worker_tag`` names may still run: False only for a process of
     this host that is gone (another host's processes cannot be looked at from here)."""
