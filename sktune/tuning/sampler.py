@@ -43,7 +43,7 @@ from sktune.plan import Plan
 from sktune.space.search_space import NO_SCOPES, SearchSpace
 from sktune.tuning.move_model import observed_ratio, rank, trial_plan
 from sktune.tuning.attrs import TrialAttr
-from sktune.tuning.records import FIXED, has_ratio, is_feasible, is_yardstick, reused, skipped, verify_turned_down
+from sktune.tuning.records import FIXED, feasible_trials, is_yardstick, reused, skipped
 from sktune.tuning.workers import worker_tag
 from sktune.tuning.trial_writer import record_proposed, record_worker_at_ask
 
@@ -140,9 +140,8 @@ class SktuneSampler(optuna.samplers.BaseSampler):
         """An untried, not hopeless neighbour of the best exact trial (the model's pick), or None."""
         assert self._space is not None
         trials = study.get_trials(deepcopy=False)
-        down = verify_turned_down(study.user_attrs, trials)  # an earlier run's finalists, inexact at a verify-only shape
-        feasible = sorted((t for t in trials if is_feasible(t) and has_ratio(t) and t.params and not reused(t)
-                           and t.user_attrs.get(TrialAttr.PLAN) not in down),
+        # Not a plan an earlier run's finalists' round turned down at a verify-only shape (feasible_trials).
+        feasible = sorted((t for t in feasible_trials(study) if t.params and not reused(t)),
                           key=lambda t: t.value)  # type: ignore[arg-type, return-value]
         tried = self._tried(trials)
         # The model reads what each cost; a yardstick's one-shape ratio is no score of this search.

@@ -110,8 +110,8 @@ def verified_outcomes(study: optuna.Study) -> dict[int, dict[str, Any]]:
 def not_bitwise_at(study: optuna.Study) -> dict[int, list[str]]:
     """Each verified trial's verify-only shapes where its plan was found not bitwise ([] where
     it was bitwise at all); one read of the study's record, for a summary's every plan."""
-    return {v["trial"]: [name for name, o in v["shapes"].items() if not o.get("bitwise")]
-            for v in study.user_attrs.get(StudyAttr.VERIFIED) or []}
+    return {number: [name for name, o in shapes.items() if not o.get("bitwise")]
+            for number, shapes in verified_outcomes(study).items()}
 
 
 def declared_shapes(attrs: dict[str, Any]) -> tuple[int, int]:
