@@ -12,6 +12,11 @@ from rich.markup import escape
 err_console = Console(stderr=True)
 
 
+def print_error(message: str) -> None:
+    """``error: <message>`` on stderr, the message never read as rich markup (paths, [brackets])."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
 @contextlib.contextmanager
 def user_errors(debug: bool) -> Iterator[None]:
     """Print SktuneError as ``error: ...`` (exit 1); ``--debug`` shows the traceback."""
@@ -22,6 +27,5 @@ def user_errors(debug: bool) -> Iterator[None]:
     except SktuneError as exc:
         if debug:
             raise
-        # User text (paths, messages with [brackets]) must not be read as rich markup.
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        print_error(str(exc))
         raise typer.Exit(1) from None

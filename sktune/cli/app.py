@@ -6,10 +6,8 @@ import logging
 import sys
 
 import typer
-from rich.markup import escape
 
-from sktune.cli._errors import err_console
-
+from sktune.cli._errors import print_error
 from sktune.cli.doctor_cmd import doctor_command
 from sktune.cli.export_cmd import export_command
 from sktune.cli.inspect_cmd import inspect_command
@@ -41,5 +39,5 @@ def main() -> None:
         # torch-npu installed and CANN not sourced: every ``import torch`` fails, in any command.
         if (message := torch_extension_failed(exc)) is None or "--debug" in sys.argv:
             raise
-        err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        print_error(message)
         raise SystemExit(1) from None

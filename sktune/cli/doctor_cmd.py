@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
-from sktune.cli._errors import err_console, user_errors
+from sktune.cli._errors import err_console, print_error, user_errors
 from sktune.cli._paths import check_output
 
 if TYPE_CHECKING:
@@ -59,7 +58,7 @@ def doctor_command(
     else:
         _print(report, workdir, None if failed_write else output)
     if failed_write:  # after printing: a failed write must not hide what the checks found
-        err_console.print(f"[bold red]error:[/] {escape(failed_write)}", highlight=False, soft_wrap=True)
+        print_error(failed_write)
         raise typer.Exit(1)
     if timed_out(report):
         # A check's thread may still hold a hung device; torch-npu's teardown at exit could

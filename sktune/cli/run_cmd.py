@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from sktune.cli._errors import err_console, user_errors
+from sktune.cli._errors import err_console, print_error, user_errors
 from sktune.cli._paths import check_output
 from sktune.cli.summary_view import print_summary
 from sktune.tuning.settings import DEFAULT_INPUT_SETS, DEFAULT_STORAGE
@@ -119,7 +119,7 @@ def run_command(
         # Not even the unfused plan completed: there is no result, and the run says why.
         from sktune.report.export import no_result
 
-        err_console.print(f"[bold red]error:[/] {escape(no_result(data))}", highlight=False, soft_wrap=True)
+        print_error(no_result(data))
         raise typer.Exit(1)
 
 
