@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 #: Per check, seconds: a host's first static compile of the tiny model takes minutes.
 DEFAULT_TIMEOUT_S = 900.0
 TIMED_OUT = f"{COULD_NOT}timed out after"  # the start of a row left running
+PROBE_TIMED_OUT = "the device check timed out after"  # in each device row once the probe was left running
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def run_checks(session: DoctorSession, checks: Sequence[Check] = CHECKS, timeout
             seen = run_one(probe, session, timeout_s)
             probe = None
             if seen is None:  # its thread may hold the device: nothing after it is run
-                unusable = f"the device check timed out after {timeout_s:g} s; a slow host needs a larger --timeout"
+                unusable = f"{PROBE_TIMED_OUT} {timeout_s:g} s; a slow host needs a larger --timeout"
             elif seen.kind != CONFIRMED:
                 unusable = seen.status.removeprefix(COULD_NOT)
         if unusable is not None and check.device:
@@ -151,7 +152,7 @@ def run_doctor(timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[DoctorReport, Path
 
 def timed_out(report: DoctorReport) -> bool:
     """A check was left running (its thread may hold the device)."""
-    return any(r.status.startswith(TIMED_OUT) or "device check timed out" in r.status for r in report.checks)
+    return any(r.status.startswith(TIMED_OUT) or PROBE_TIMED_OUT in r.status for r in report.checks)
 
 
 __all__ = ["CHECKS", "CHECK_NAMES", "DEFAULT_TIMEOUT_S", "DEVICE_PROBE", "Check", "run_checks", "run_doctor", "run_one", "timed_out"]
