@@ -54,17 +54,16 @@ def check_sk_meta_location(session: DoctorSession) -> CheckResult:
     try:
         other = session.run("other_placement", session.tiny.other_placement, session.main_options)
     except Exception as exc:
-        second = f"the second compile failed: {type(exc).__name__}: {exc}"
-    else:
-        if other.meta_dir is None:
-            second = "the backend recorded no CANN work path for the second compile"
-        else:
-            second = SecondCompile(other.label, other.meta_dir, tuple(_everywhere(other.meta_dir)),
-                                   len({p.parent for p in _everywhere(run.meta_dir)}))
+        other, second = None, f"the second compile failed: {type(exc).__name__}: {exc}"
+    anywhere = _everywhere(run.meta_dir)  # read after the second compile: it may have written there
+    if other is not None:
+        second = ("the backend recorded no CANN work path for the second compile" if other.meta_dir is None else
+                  SecondCompile(other.label, other.meta_dir, tuple(_everywhere(other.meta_dir)),
+                                len({p.parent for p in anywhere})))
     found = [p for n in META_NAMES for p in meta_files(run.meta_dir, n)]
     elsewhere = sorted(Path.cwd().glob(f"{SK_META}/**/{FAIL_REASONS}")) + sorted(
         Path.cwd().glob(f"{SK_META}/{FAIL_REASONS}"))
-    return judge_sk_meta_location(run.meta_dir, found, elsewhere, _everywhere(run.meta_dir), second)
+    return judge_sk_meta_location(run.meta_dir, found, elsewhere, anywhere, second)
 
 
 def judge_sk_meta_location(work_path: Path, found: list[Path], elsewhere: list[Path], anywhere: list[Path],
@@ -94,29 +93,31 @@ def judge_sk_meta_location(work_path: Path, found: list[Path], elsewhere: list[P
 
 
 def check_effective_options(session: DoctorSession) -> CheckResult:
-    from sktune.backends.npu_option_schema import OPTIMIZE
-
     run = session.main_run()
     if run.meta_dir is None:
         return could_not("effective_options_dump", "the backend recorded no CANN work path for the compile")
     found = read_effective_options(run.meta_dir)
-    requested = session.backend.compile_options(run.plan).get(OPTIMIZE) or {}
-    return judge_effective_options(found.status, found.path, found.why, requested, found.used)
+    return judge_effective_options(found.status, found.path, found.why, _requested(session, run), found.used)
 
 
 def dump_differences(session: DoctorSession, run: CompiledRun) -> str | None:
     """How CANN's options dump of ``run`` differs from what was requested (keys missing from
     it, other values), or None when it matches or there is no readable dump."""
-    from sktune.backends.npu_option_schema import OPTIMIZE
-
     if run.meta_dir is None:
         return None
     found = read_effective_options(run.meta_dir)
     if found.used is None:
         return None
-    missing, differ, _ = compare_options(session.backend.compile_options(run.plan).get(OPTIMIZE) or {}, found.used)
+    missing, differ, _ = compare_options(_requested(session, run), found.used)
     said = [text for text, _ in differ] + ([f"not in the dump: {', '.join(missing)}"] if missing else [])
     return "; ".join(said) or None
+
+
+def _requested(session: DoctorSession, run: CompiledRun) -> dict[str, Any]:
+    """The SuperKernel option map the backend sent for ``run``'s compile."""
+    from sktune.backends.npu_option_schema import OPTIMIZE
+
+    return session.backend.compile_options(run.plan).get(OPTIMIZE) or {}
 
 
 def judge_effective_options(status: str, path: Path | None, why: str, requested: dict[str, Any],
