@@ -8,6 +8,7 @@ with them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from sktune.pipe.protocol import MalformedResult
@@ -15,6 +16,13 @@ from sktune.plan import Plan
 
 #: How a verify-only outcome's reason begins where the shape's graph cannot run the plan (its ops differ).
 NOT_VERIFIABLE = "not verifiable"
+
+
+def plan_decided(outcome: Mapping[str, Any]) -> bool:
+    """Whether a failed verify-only outcome (``VerifyResult.to_json``) is the plan's own doing:
+    outputs that differ, or a shape whose graph the plan cannot run. A worker that gave no
+    answer (a crash, a time-out) says nothing of the plan: it may pass another time."""
+    return bool(outcome.get("mismatches")) or str(outcome.get("reason") or "").startswith(NOT_VERIFIABLE)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ def _bitwise(r: TrialRecord, verify_failed: list[str] | None = None) -> str:
         return f"yes, at {r.yardstick} only" if r.exact else f"no, at {r.yardstick}"
     if r.turned_down:
         return f"no, at verify-only {', '.join(verify_failed)}" if verify_failed else "no, at a verify-only shape"
+    if r.feasible and verify_failed:  # its worker gave no answer there: a crash or a time-out, not the plan's doing
+        return f"yes where tuned (not verified at {', '.join(verify_failed)})"
     return "yes" if r.feasible else "no"
 
 
@@ -161,7 +163,8 @@ def failures(study: optuna.Study) -> list[dict[str, Any]]:
     for t in study.get_trials(deepcopy=False):
         mismatches = t.user_attrs.get(TrialAttr.MISMATCHES) or []
         if t.state == optuna.trial.TrialState.COMPLETE and not mismatches and first_failure(verified.get(t.number, {})):
-            kind, reason = "verify-only", describe_failure(t.number, verified[t.number])["why"]
+            failed = describe_failure(t.number, verified[t.number])  # turned down, or no answer from the worker
+            kind, reason = "verify-only" if failed["plan_decided"] else "not verified", failed["why"]
         elif t.state == optuna.trial.TrialState.FAIL:
             reason = str(t.user_attrs.get(TrialAttr.FAILURE) or "interrupted: its run stopped before it said why")
             head = reason.split(":", 1)[0].strip()

@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
-from sktune.pipe.verify_shapes import NOT_VERIFIABLE
+from sktune.pipe.verify_shapes import plan_decided
 from sktune.plan import Plan
 from sktune.space.ascend_anchors import FULL_MODEL
 from sktune.space.search_space import FUSE_ALL
@@ -202,8 +202,7 @@ def verify_turned_down(attrs: Mapping[str, Any], trials: Sequence[FrozenTrial]) 
     answer (a crash or a timeout may pass). A plan that fuses nothing is never turned down: it
     is the model's own run, named where nothing else is."""
     failed = {v["trial"] for v in attrs.get(StudyAttr.VERIFIED) or []
-              if any(o.get("mismatches") or str(o.get("reason") or "").startswith(NOT_VERIFIABLE)
-                     for o in v["shapes"].values())}
+              if any(plan_decided(o) for o in v["shapes"].values())}
     n_ops = len(attrs.get(StudyAttr.OPS) or [])
     return [plan for t in trials if t.number in failed and (plan := t.user_attrs.get(TrialAttr.PLAN)) is not None
             and _fuses(n_ops, Plan.from_json(plan))]

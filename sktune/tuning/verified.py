@@ -18,7 +18,7 @@ import optuna
 
 from sktune.backends import REGISTRY, backend_class
 from sktune.pipe.protocol import WorkerFailure
-from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
+from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult, plan_decided
 from sktune.plan import Plan
 from sktune.tuning.attrs import StudyAttr
 
@@ -62,18 +62,22 @@ def all_bitwise(outcomes: dict[str, Any], names: Sequence[str]) -> bool:
 
 
 def first_failure(outcomes: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    return next(((name, o) for name, o in outcomes.items() if not o["bitwise"]), None)
+    """The first shape a plan failed at, one the plan decided first (a mismatch before a time-out)."""
+    failed = [(name, o) for name, o in outcomes.items() if not o["bitwise"]]
+    return next((f for f in failed if plan_decided(f[1])), failed[0] if failed else None)
 
 
 def describe_failure(number: int, outcomes: dict[str, Any]) -> dict[str, Any]:
     """A finalist passed over: its trial, the first shape it failed at, the mismatch count or
-    the reason, and ``why`` in words (``trial #5 is not bitwise at verify-only shape 'bs4' (...)``)."""
+    the reason, whether that failure is the plan's own doing (``plan_decided``), and ``why`` in
+    words (``trial #5 is not bitwise at verify-only shape 'bs4' (...)``)."""
     failed = first_failure(outcomes)
     assert failed is not None
     name, o = failed
     why = o["reason"] or mismatch_words(o["mismatches"])
+    found = "is not bitwise" if plan_decided(o) else "could not be verified"  # a crash or time-out may pass later
     return {"trial": number, "shape": name, "mismatches": o["mismatches"], "reason": o["reason"],
-            "why": f"trial #{number} is not bitwise at verify-only shape {name!r} ({why})"}
+            "plan_decided": plan_decided(o), "why": f"trial #{number} {found} at verify-only shape {name!r} ({why})"}
 
 
 def record(study: optuna.Study, verified: dict[int, dict[str, Any]]) -> None:

@@ -61,3 +61,31 @@ def test_only_what_the_plan_decides_turns_it_down_for_good(outcome: dict[str, An
     study = study_of([(UNFUSED, 1.0), (fused(16), 0.55)])
     verified(study, {0: outcome, 1: outcome})
     assert [r.number for r in top_records(study, 2)] == ([0] if down else [1, 0])  # the unfused plan never
+
+
+@pytest.mark.parametrize(("outcome", "kind", "cell"), [
+    ({"bitwise": False, "mismatches": 3, "reason": None}, "verify-only", "no, at verify-only w37"),
+    ({"bitwise": False, "mismatches": 0, "reason": "the worker gave no answer (timed out)"}, "not verified",
+     "yes where tuned (not verified at w37)"),
+])
+def test_the_report_s_failures_and_trials_table_agree_on_what_turned_a_plan_down(
+        outcome: dict[str, Any], kind: str, cell: str) -> None:
+    # The failures section called any failed verification "not bitwise at verify-only shape"
+    # (a time-out too) while the trials table said "yes" for the same plan, still feasible.
+    from sktune.report.trials_data import failures, trials_table
+
+    study = study_of([(UNFUSED, 1.0), (fused(16), 0.55)])
+    verified(study, {1: outcome})
+    [item] = failures(study)
+    assert (item["trial"], item["kind"]) == (1, kind)
+    assert ("is not bitwise" in item["reason"]) == (kind == "verify-only")
+    assert trials_table(study).set_index("number").loc[1, "bitwise"] == cell
+
+
+def test_a_mismatch_is_named_before_a_time_out_at_another_verify_only_shape() -> None:
+    from sktune.tuning.verified import describe_failure
+
+    failed = describe_failure(4, {"w32": {"bitwise": False, "mismatches": 0, "reason": "timed out"},
+                                  "w37": {"bitwise": False, "mismatches": 2, "reason": None}})
+    assert (failed["shape"], failed["plan_decided"]) == ("w37", True)
+    assert failed["why"].startswith("trial #4 is not bitwise at verify-only shape 'w37'")
