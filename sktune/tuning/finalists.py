@@ -17,7 +17,8 @@ from sktune.tuning.attrs import StudyAttr, TrialAttr
 from sktune.tuning.records import FUSE_ALL, TrialRecord, anchor_record, best_record, records, speedup_of, top_records
 from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
 from sktune.tuning.supervisor import SupervisedWorker
-from sktune.tuning.verified import all_bitwise, describe_failure, record, verify_plan, verify_shape_names
+from sktune.tuning.verified import (all_bitwise, describe_failure, record, verified_outcomes, verify_plan,
+                                   verify_shape_names)
 
 log = logging.getLogger(__name__)
 
@@ -139,10 +140,14 @@ def named_after_verification(study: optuna.Study, worker: SupervisedWorker, time
     if not names:
         return verdict
     verified: dict[int, dict[str, Any]] = {}
+    # An earlier round's or run's outcomes stand, not compiled again; after a resume across a
+    # change (--allow-changed: the verify-only shapes' inputs may differ now) each is asked again.
+    earlier = {} if study.user_attrs.get(StudyAttr.RESUMED_ACROSS) else verified_outcomes(study)
     rejected: list[dict[str, Any]] = []
     while verdict is not None and verdict["trial"] is not None:
         number = verdict["trial"]
-        outcomes = verify_plan(worker, Plan.from_json(study.trials[number].user_attrs[TrialAttr.PLAN]), names, timeout)
+        outcomes = verify_plan(worker, Plan.from_json(study.trials[number].user_attrs[TrialAttr.PLAN]), names, timeout,
+                               known=earlier.get(number))
         verified[number] = outcomes
         if all_bitwise(outcomes, names) or verdict.get("keep_unfused_reason"):
             break

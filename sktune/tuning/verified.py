@@ -11,7 +11,7 @@ verified trial, shape -> bitwise / mismatches / reason (``StudyAttr.VERIFIED``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -42,17 +42,25 @@ def verify_shape_names(study: optuna.Study, worker: SupervisedWorker, timeout: f
     return names
 
 
-def verify_plan(worker: SupervisedWorker, plan: Plan, names: Sequence[str], timeout: float) -> dict[str, Any]:
+def verify_plan(worker: SupervisedWorker, plan: Plan, names: Sequence[str], timeout: float,
+                known: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``plan`` verified at each verify-only shape in order: shape -> outcome as JSON. It stops at
-    the first shape where it is not bitwise (the plan is out then; the rest would cost compiles)."""
+    the first shape where it is not bitwise (the plan is out then; the rest would cost compiles).
+    ``known``: this plan's outcomes from an earlier round or run; those the plan decided (bitwise
+    or not) stand without a compile, which costs minutes on a device; a worker's earlier
+    time-out or crash is asked again."""
     outcomes: dict[str, Any] = {}
     for name in names:
-        # The first plan verified at a shape also pays its capture and references: twice a trial's time.
-        result = worker.verify(VerifyRequest(plan, name), 2 * timeout)
-        if isinstance(result, WorkerFailure):  # a compile error or a hang there: not verified
-            result = VerifyResult(name, 0, f"the worker gave no answer ({result.reason})")
-        outcomes[name] = {k: v for k, v in result.to_json().items() if k != "shape"}
-        if not result.bitwise:
+        earlier = (known or {}).get(name)
+        if earlier is not None and (earlier.get("bitwise") or plan_decided(earlier)):
+            outcomes[name] = earlier
+        else:
+            # The first plan verified at a shape also pays its capture and references: twice a trial's time.
+            result = worker.verify(VerifyRequest(plan, name), 2 * timeout)
+            if isinstance(result, WorkerFailure):  # a compile error or a hang there: not verified
+                result = VerifyResult(name, 0, f"the worker gave no answer ({result.reason})")
+            outcomes[name] = {k: v for k, v in result.to_json().items() if k != "shape"}
+        if not outcomes[name].get("bitwise"):
             break
     return outcomes
 

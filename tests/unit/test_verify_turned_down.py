@@ -89,3 +89,27 @@ def test_a_mismatch_is_named_before_a_time_out_at_another_verify_only_shape() ->
                                   "w37": {"bitwise": False, "mismatches": 2, "reason": None}})
     assert (failed["shape"], failed["plan_decided"]) == ("w37", True)
     assert failed["why"].startswith("trial #4 is not bitwise at verify-only shape 'w37'")
+
+
+def test_a_verification_the_plan_decided_is_reused_and_a_time_out_is_asked_again() -> None:
+    from sktune.pipe.verify_shapes import VerifyResult
+    from sktune.tuning.verified import verify_plan
+
+    class Worker:
+        def __init__(self) -> None:
+            self.asked: list[str] = []
+
+        def verify(self, request: Any, timeout: float) -> VerifyResult:
+            self.asked.append(request.shape)
+            return VerifyResult(request.shape, 0)
+
+    worker = Worker()
+    known = {"w8": {"bitwise": True, "mismatches": 0, "reason": None, "seconds": 2.0},
+             "w32": {"bitwise": False, "mismatches": 0, "reason": "the worker gave no answer (timed out)"}}
+    outcomes = verify_plan(worker, fused(16), ["w8", "w32", "w37"], 60.0, known=known)  # type: ignore[arg-type]
+    assert worker.asked == ["w32", "w37"] and outcomes["w8"] == known["w8"]
+    assert all(o["bitwise"] for o in outcomes.values())
+    worker.asked.clear()
+    known["w32"] = {"bitwise": False, "mismatches": 3, "reason": None}  # the plan's own: it stands, and stops there
+    assert not verify_plan(worker, fused(16), ["w8", "w32", "w37"], 60.0, known=known)["w32"]["bitwise"]  # type: ignore[arg-type]
+    assert worker.asked == []
