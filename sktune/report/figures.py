@@ -146,9 +146,10 @@ def kernels_figure(kernels: pd.DataFrame, emulated: bool = False) -> go.Figure:
 
 # ---------------------------------------------------------------- 4. history, importances, parallel coordinates
 
-def history_figure(hist: pd.DataFrame) -> go.Figure:
+def history_figure(hist: pd.DataFrame, named_best: int | None = None) -> go.Figure:
     """Each trial's time ratio by status, the best exact ratio so far, and the unfused line.
-    Trials without a ratio (failed, skipped) sit in a row above the highest ratio."""
+    Trials without a ratio (failed, skipped) sit in a row above the highest ratio. ``named_best``:
+    the trial the finalists' round named (its search ratio need not be the line's lowest)."""
     fig = go.Figure()
     ratios = hist["ratio"].dropna()
     top = float(ratios.max()) * 1.05 if len(ratios) else 1.1
@@ -165,6 +166,14 @@ def history_figure(hist: pd.DataFrame) -> go.Figure:
                                  hovertext=hover, hoverinfo="text"))
     fig.add_trace(go.Scatter(x=hist["number"], y=hist["best_so_far"], mode="lines", line_shape="hv",
                              name="best exact so far", line={"color": "#2ca02c", "width": 2}))
+    named = hist[(hist["number"] == named_best) & hist["ratio"].notna()]
+    if not named.empty:
+        fig.add_trace(go.Scatter(x=named["number"], y=named["ratio"], mode="markers", hoverinfo="text",
+                                 name=f"named best (#{named_best}, after the finalists' round)",
+                                 marker={"symbol": "star", "color": "#ffbf00", "size": 18,
+                                         "line": {"color": "#333", "width": 1}},
+                                 hovertext=[f"trial #{named_best}: the named best<br>search ratio "
+                                            f"{float(named['ratio'].iloc[0]):.3f}"]))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#555", annotation_text="unfused (ratio 1)")
     if hist["status"].isin(_AT_TOP).any():  # their row's height is no ratio: say so on the chart
         fig.add_hline(y=top, line_dash="dash", line_color="#bbb", annotation_position="top left",

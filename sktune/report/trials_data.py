@@ -66,6 +66,23 @@ def history(study: optuna.Study) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["number", "state", "status", "anchor", "ratio", "best_so_far", "failure"])
 
 
+def history_note(hist: pd.DataFrame, named_best: int | None) -> str | None:
+    """Why the named best is not where the history's line ends, when it is not: the line follows
+    the search's one measurement per trial; the finalists' round re-timed the top plans side by
+    side with unfused (a lowest single reading is biased low) and verified them."""
+    lowest = hist["best_so_far"].dropna()
+    row = hist[hist["number"] == named_best]
+    if named_best is None or row.empty or lowest.empty:
+        return None
+    ratio = row["ratio"].iloc[0]
+    if pd.notna(ratio) and float(ratio) == float(lowest.iloc[-1]):
+        return None
+    searched = f"its search ratio {float(ratio):.3f}" if pd.notna(ratio) else "no search ratio"
+    return (f"The line is each trial's one search measurement. The named best (★, trial #{named_best}, "
+            f"{searched}; the line's lowest {float(lowest.iloc[-1]):.3f}) is the finalists' round's choice: "
+            "the top plans re-timed side by side with unfused and verified (section 1).")
+
+
 def importances(study: optuna.Study, min_trials: int = 4) -> tuple[pd.DataFrame, str | None]:
     """Optuna's PED-ANOVA parameter importances over the complete bitwise-exact trials.
 

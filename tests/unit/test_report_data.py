@@ -43,6 +43,22 @@ def test_history_one_row_per_finished_trial_and_best_so_far_never_rises(study: o
     assert (exact["ratio"] >= best[-1]).all()
 
 
+def test_the_history_marks_the_named_best_and_says_why_it_is_not_the_line_s_lowest(study: optuna.Study) -> None:
+    from sktune.report.figures import history_figure
+
+    hist = trials_data.history(study)
+    named = best_record(study).number
+    [star] = [t for t in history_figure(hist, named).data if t.name.startswith("named best")]
+    assert list(star.x) == [named] and star.name.startswith(f"named best (#{named},")
+    lowest = hist["best_so_far"].dropna().iloc[-1]
+    elsewhere = hist.assign(ratio=[lowest if n == named else max(r, lowest * 1.01) if pd.notna(r) else r
+                                   for n, r in zip(hist["number"], hist["ratio"])])
+    assert trials_data.history_note(elsewhere, named) is None  # it is the line's lowest: nothing to explain
+    other = int(hist.loc[hist["ratio"].notna() & (hist["ratio"] > lowest), "number"].iloc[0])
+    note = trials_data.history_note(hist, other)
+    assert note is not None and f"trial #{other}" in note and f"the line's lowest {lowest:.3f}" in note
+
+
 def test_fusion_map_matches_the_summary_groups(study: optuna.Study) -> None:
     fm = data.fusion_map(study)
     s = summary(study)
