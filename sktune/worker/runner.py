@@ -58,7 +58,8 @@ class TrialRunner:
         self.graph, self.inputs, self.args = primary.graph, primary.inputs, primary.args
         self.reference_fn, self.references = primary.reference_fn, primary.references
         # Named only: each is captured when a plan is first verified there (start-up pays nothing).
-        self.verify_only = VerifyOnly(loaded.verify_names, self.source, loaded.model, self.backend, config, primary)
+        self.verify_only = VerifyOnly(loaded.verify_names, self.source, loaded.model, self.backend, config, primary,
+                                      loaded.verify_graphs)
         clock = time.perf_counter()
         self.backend.observe(lambda: self.reference_fn(*self.args[0]))
         self.kernelless = kernelless_ops(self.graph.gm, self.args[0])

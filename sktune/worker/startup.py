@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,9 @@ class LoadedModel:
     shape_sets: dict[str | None, ShapeSet]
     capture_reused: bool  # every shape's graph came from the capture cache
     startup_s: dict[str, float]
-    model: torch.nn.Module | None = None  # kept to capture the verify-only shapes later
-    verify_names: tuple[str, ...] = ()  # verify_shapes(): captured on first use, not here
+    model: torch.nn.Module | None = None  # kept to draw the verify-only shapes' references later
+    verify_names: tuple[str, ...] = ()  # verify_shapes(): captured and checked here, references on first use
+    verify_graphs: dict[str, OpGraph] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def load_model(config: RunnerConfig, backend: Backend, opened: OpenedModel) -> L
     source, device = opened.source, backend.device
     model = opened.model.to(device)
     weights = shape_weights(source, config.shapes)
-    verify_names = verify_shape_names(source)  # checked and drawn now; captured on first use
+    verify_names = verify_shape_names(source)  # checked, drawn and captured now; references on first use
     # The heaviest shape first: it is measured first and prunes for the others.
     names: list[str | None] = sorted(weights, key=lambda n: -weights[n]) or [None]
     drawn = checked_inputs(source, model, names, verify_names, config.input_sets, device)
@@ -92,13 +93,19 @@ def load_model(config: RunnerConfig, backend: Backend, opened: OpenedModel) -> L
     graphs = {name: graph for name, (graph, _) in captured.items()}
     for name in names[1:]:
         check_same_ops(graphs[names[0]], graphs[name], names[0], name)
+    # A verify-only shape with other ops can verify no fused plan: found now (a capture each,
+    # cached), not after the whole search as "not bitwise" at every finalist.
+    verify_graphs = {name: capture_cached(model, drawn[name][0], capture_dir, source.sha256)[0]
+                     for name in verify_names}
+    for name, graph in verify_graphs.items():
+        check_same_ops(graphs[names[0]], graph, names[0], name, verify_only=True)
     startup_s["capture"] = time.perf_counter() - clock
     clock = time.perf_counter()
     shape_sets = {name: shape_set(backend, name, weights.get(name or "", 1.0), graphs[name], drawn[name])
                   for name in names}
     startup_s["reference"] = time.perf_counter() - clock
     return LoadedModel(source, weights, shape_sets, all(reused for _, reused in captured.values()), startup_s,
-                       model, verify_names)
+                       model, verify_names, verify_graphs)
 
 
 def checked_inputs(source: ModelSource, model: torch.nn.Module, names: list[str | None],
@@ -117,11 +124,12 @@ def checked_inputs(source: ModelSource, model: torch.nn.Module, names: list[str 
     check_forward(model, drawn[names[0]][0], source.path)
     for name in names[1:]:
         check_shape_forward(model, drawn[name][0], source.path, str(name))
-    for name in verify_names:  # drawn, checked and dropped: captured on first use (verify_only.py)
+    for name in verify_names:  # only the first set kept, to capture: the rest are drawn again on first use
         verify_inputs = [draw_inputs(source, seed, name) for seed in range(input_sets)]
         check_same_signature(verify_inputs, source.path, name)
         check_new_values(verify_inputs, source.path, name)
-        check_shape_forward(model, tuple(t.to(device) for t in verify_inputs[0]), source.path, name)
+        drawn[name] = [tuple(t.to(device) for t in verify_inputs[0])]
+        check_shape_forward(model, drawn[name][0], source.path, name)
     return drawn
 
 
@@ -179,8 +187,20 @@ def signature(inputs: tuple[torch.Tensor, ...]) -> list[list[Any]]:
     return [[list(t.shape), str(t.dtype)] for t in inputs]
 
 
-def check_same_ops(first: OpGraph, other: OpGraph, first_name: str | None, other_name: str | None) -> None:
-    """Op indices, and so plans, must mean the same at every shape: the same ops, in order."""
+def check_same_ops(first: OpGraph, other: OpGraph, first_name: str | None, other_name: str | None,
+                   verify_only: bool = False) -> None:
+    """Op indices, and so plans, must mean the same at every shape: the same ops, in order.
+    ``verify_only``: ``other_name`` is a verify-only shape, and the refusal says what to do."""
+    try:
+        _same_ops(first, other, first_name, other_name)
+    except CaptureError as exc:
+        if not verify_only:
+            raise
+        raise CaptureError(f"{exc}. {other_name!r} is a verify-only shape: drop it from verify_shapes(), or tune "
+                           "it in a study of its own") from None
+
+
+def _same_ops(first: OpGraph, other: OpGraph, first_name: str | None, other_name: str | None) -> None:
     for a, b in zip(first.ops, other.ops):
         if (a.target, a.module) != (b.target, b.module):
             raise CaptureError(

@@ -89,6 +89,7 @@ def test_inspect_finds_the_repeated_layers_of_the_decoder_stack() -> None:
         ("writes_buffer.py", "writes the model's buffer 'running'"),  # inspect checks as run's worker does
         ("graph_break.py", "cannot be captured as one graph (graph break at "),  # a branch on .item()
         ("shape_branch.py", "capture different graphs: op 0 is tanh"),
+        ("verify_branch.py", "'bs8' is a verify-only shape: drop it from verify_shapes()"),  # at start-up
     ],
 )
 def test_user_errors_are_one_message(test_models: Path, tmp_path: Path, model: str, message: str) -> None:

@@ -14,6 +14,7 @@ import optuna
 import pytest
 
 from sktune.cli.summary_view import print_summary
+from sktune.errors import CaptureError
 from sktune.measure.stats import PairedTiming
 from sktune.pipe.protocol import ConfirmRequest, ConfirmResult, WorkerFailure
 from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult
@@ -87,21 +88,13 @@ def test_verification_crosses_the_pipe(test_models: Path) -> None:
         assert isinstance(unknown, WorkerFailure) and "unknown verify-only shape 'bs9'" in unknown.reason
 
 
-def test_a_shape_with_other_ops_is_not_verifiable(tmp_path: Path) -> None:
-    path = tmp_path / "branchy.py"
-    path.write_text(
-        "import torch\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
-        "        y = torch.sigmoid(x) * 2\n        return y.relu() if x.shape[0] > 4 else y\n\n"
-        "def build_model():\n    return M()\n\ndef input_shapes():\n    return {'bs1': 1.0}\n\n"
-        "def verify_shapes():\n    return ['bs2', 'bs8']\n\n"
-        "def example_inputs(seed=0, shape=None):\n"
-        "    return (torch.randn(int((shape or 'bs1')[2:]), 16, generator=torch.Generator().manual_seed(seed)),)\n")
-    branchy = TrialRunner(RunnerConfig(model_path=str(path), n_batches=2))
-    plan = Plan.make([Scope(0, 1, "all")], {})
-    assert branchy.verify(VerifyRequest(plan, "bs2")).bitwise
-    result = branchy.verify(VerifyRequest(plan, "bs8"))
-    assert not result.bitwise and result.mismatches == 0
-    assert result.reason.startswith("not verifiable: shapes 'bs1' and 'bs8' capture different graphs")
+def test_a_verify_only_shape_with_other_ops_is_refused_at_start_up(test_models: Path) -> None:
+    # It was found after the whole search, as "not bitwise" at every fused finalist.
+    path = test_models / "verify_branch.py"
+    with pytest.raises(CaptureError, match=r"shapes 'bs1' and 'bs8' capture different graphs: .*'bs8' is a "
+                                           r"verify-only shape: drop it from verify_shapes\(\)"):
+        TrialRunner(RunnerConfig(model_path=str(path), n_batches=2))
+    result = VerifyResult("bs8", 0, "not verifiable: shapes 'bs1' and 'bs8' capture different graphs")
     assert VerifyResult.from_json(result.to_json()) == result  # as it crosses the pipe
 
 
