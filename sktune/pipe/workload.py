@@ -61,6 +61,7 @@ class Workload:
     # What the captured graph computes (graph/digest.py): its code and its weights' digests;
     # {}: not known (a workload from an older sktune).
     digests: dict[str, str] = field(default_factory=dict)
+    verify_shapes: tuple[str, ...] = ()  # verify_shapes() in the model file: checked at start-up, never tuned
 
     @property
     def targets(self) -> list[str]:
@@ -114,7 +115,7 @@ class Workload:
             "startup_s": self.startup_s, "startup_static": self.startup_static,
             "model_sha256": self.model_sha256, "input_shapes": self.input_shapes,
             "shapes": self.shapes_json(), "exactness_by_shape": self.exactness_by_shape,
-            "digests": self.digests,
+            "digests": self.digests, "verify_shapes": list(self.verify_shapes),
         }
 
     @classmethod
@@ -131,6 +132,7 @@ class Workload:
             shapes={name: ServedShape.from_json(s) for name, s in (data.get("shapes") or {}).items()},
             exactness_by_shape=dict(data.get("exactness_by_shape") or {}),
             digests=dict(data.get("digests") or {}),
+            verify_shapes=tuple(data.get("verify_shapes") or ()),
         )
 
 

@@ -169,7 +169,9 @@ def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[s
              else "This plan fuses nothing: every op runs as in eager mode")
     shapes = [f"{name} {s['speedup']:.2f}x" + ("" if s["verified_bitwise"] else " (NOT bitwise)")
               for name, s in (data.get("shapes") or {}).items()]
-    checked = [name for name, o in ((data.get("verify_shapes") or {}).get("best") or {}).items() if o["bitwise"]]
+    verify = data.get("verify_shapes") or {}
+    checked = [name for name, o in (verify.get("best") or {}).items() if o["bitwise"]]
+    unchecked = [name for name in verify.get("shapes") or () if name not in checked]  # e.g. a run stopped before
     through = through_compile_line(data.get("through_compile"))
     return [
         f"# {measured}: speedup {data['speedup']:.3f}x over unfused (95 % interval {lo:.3f}-{hi:.3f}x, {verdict}),",
@@ -178,8 +180,14 @@ def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[s
         *([f"# One plan for every served shape (the speedup above is their weighted mean): {', '.join(shapes)};",
            "# at any other input shape the plan is unverified."] if shapes else []),
         *([f"# Also verified bitwise, not timed, at the verify-only shapes {', '.join(checked)}."] if checked else []),
+        *([f"# NOT verified at the verify-only shapes {_listed(unchecked)}: the model declares them; run the study "
+           "again to its finalists' round."] if unchecked else []),
         f"# {fused}.",
     ]
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    return ", ".join(names[:most]) + (f", … ({len(names)} in all)" if len(names) > most else "")
 
 
 def _through_comment(line: str, entry: dict[str, Any]) -> str:

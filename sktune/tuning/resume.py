@@ -180,6 +180,7 @@ def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_p
     existing = study.user_attrs.get(StudyAttr.SPACE)
     if existing is not None:
         _check_resumable(study, existing, workload, space, settings, allow_changed, model_path)
+        _record_verify_shapes(study, workload)
         requeue_stopped_seeds(study)  # before the starting points: a repair runs next (dcci_seed.py)
         queue.top_up(study)
         return queue
@@ -200,11 +201,21 @@ def prepare(study: optuna.Study, workload: Workload, space: SearchSpace, model_p
     study.set_user_attr(StudyAttr.INPUT_SHAPES, workload.input_shapes)
     if workload.shapes:
         study.set_user_attr(StudyAttr.SHAPES, workload.shapes_json())
+    _record_verify_shapes(study, workload)
     queue.top_up(study)
     # Last: workers starting together treat the study as prepared once "space" is there, so
     # everything they check against must already be written (seen: "--input-sets None").
     study.set_user_attr(StudyAttr.SPACE, space.signature())
     return queue
+
+
+def _record_verify_shapes(study: optuna.Study, workload: Workload) -> None:
+    """The model's verify-only shapes, known from start-up: a run stopped before its finalists'
+    round still names them (the summary, the export, the capture-limit warning); the round
+    records them again as its worker declares them (tuning/verified.py)."""
+    if workload.verify_shapes or StudyAttr.VERIFY_SHAPES in study.user_attrs:  # a model that dropped them too
+        if study.user_attrs.get(StudyAttr.VERIFY_SHAPES) != list(workload.verify_shapes):
+            study.set_user_attr(StudyAttr.VERIFY_SHAPES, list(workload.verify_shapes))
 
 
 def _changed(key: str, old: Any, new: Any) -> str:

@@ -120,7 +120,7 @@ class TrialRunner:
             # Heaviest first; empty for a model without input_shapes().
             shapes={name: ServedShape(s.weight, signature(s.inputs[0]))
                     for name, s in self.shape_sets.items() if name is not None},
-            digests=graph_digests(self.graph),
+            digests=graph_digests(self.graph), verify_shapes=self.verify_only.names,
         )
 
     def run(self, request: TrialRequest) -> TrialResult:

@@ -179,9 +179,14 @@ def test_a_finalist_inexact_at_a_verify_only_shape_is_not_named_best(runner: Tri
 def test_fuse_all_never_verified_at_the_verify_only_shapes_is_not_called_bitwise_there() -> None:
     study = make_study([FALLBACKS, FUSE_ALL], {2: "fuse-all"})
     study.set_user_attr(StudyAttr.VERIFY_SHAPES, ["w32", "w37"])  # no round verified anything yet
-    fuse_all = summary(study)["fuse_all"]
+    out = summary(study)
+    fuse_all = out["fuse_all"]
     assert fuse_all["bitwise"] is True and fuse_all["not_verified_at"] == ["w32", "w37"]
     assert fuse_all_bitwise(fuse_all) == "yes where tuned (not verified at the verify-only shapes)"
+    # A run stopped before its round: the export says where its best was never verified.
+    assert out["verify_shapes"]["best"] is None
+    assert "# NOT verified at the verify-only shapes w32, w37: the model declares them" in export_python(study)
+    assert export_json(study)["provenance"]["verify_only_shapes"] == ["w32", "w37"]
 
 
 def test_no_finalist_exact_at_every_verify_only_shape_keeps_unfused(runner: TrialRunner, premise: None) -> None:

@@ -600,3 +600,14 @@ def test_a_trial_left_running_without_a_worker_tag_is_failed_once_past_the_grace
     assert fail_orphaned_trials(study, backend) == [0]
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
     assert "interrupted" in study.trials[0].user_attrs[TrialAttr.FAILURE]
+
+
+def test_the_verify_only_shapes_are_recorded_when_the_study_is_prepared(space: SearchSpace) -> None:
+    # Recorded only by the finalists' round, a run stopped before it forgot them: the summary,
+    # the export and the capture-limit warning said nothing of shapes never verified.
+    study = new_study()
+    prepare(study, replace(describe(), verify_shapes=("bs2", "bs4")), space, Path("m.py"), SETTINGS)
+    assert study.user_attrs[StudyAttr.VERIFY_SHAPES] == ["bs2", "bs4"]
+    changed = replace(describe("m2"), verify_shapes=("bs2",))  # the model file changed: resumed anyway
+    prepare(study, changed, space_from_workload(changed), Path("m.py"), SETTINGS, allow_changed=True)
+    assert study.user_attrs[StudyAttr.VERIFY_SHAPES] == ["bs2"]

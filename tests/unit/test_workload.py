@@ -13,7 +13,8 @@ def workload() -> Workload:
     return Workload(ops, (0,), Capabilities(), {"backend": "inductor", "threads": "1"}, "abc", [[[4, 8], "float32"]],
                     kernelless=(False, True), op_profile=OpProfile((1.0, 2.0), (0.5, 0.5)),
                     exactness={"add": {"alone": True}}, startup_s={"load": 1.0},
-                    shapes={"wide": ServedShape(2.0, [[[4, 8], "float32"]]), "narrow": ServedShape(1.0, [])})
+                    shapes={"wide": ServedShape(2.0, [[[4, 8], "float32"]]), "narrow": ServedShape(1.0, [])},
+                    verify_shapes=("w32", "w37"))
 
 
 def test_the_workload_survives_its_json() -> None:
