@@ -106,13 +106,15 @@ def _confirm_round(study: optuna.Study, worker: SupervisedWorker, timeout: float
     # The previous best is marked: it came in beside the top by search value, which
     # best_record checks against the round (records.best_record).
     remeasured = [{**entry[r.number], **({"previous_best": True} if r in previous else {})} for r in finalists]
-    study.set_user_attr(StudyAttr.FINALISTS, remeasured)
-    if unfused is not None:
-        study.set_user_attr(StudyAttr.CONFIRM_UNFUSED, entry[unfused.number])
     n_ops = len(study.user_attrs.get(StudyAttr.OPS) or [])
     fused = [(r, entry[r.number]) for r in finalists if group_ops(n_ops, Plan.from_json(r.plan).scopes)]
     verdict = named_after_verification(study, worker, timeout, names, [e for _, e in fused],
                                        entry[unfused.number] if unfused else None)
+    # Recorded once the round is whole: a run stopped while verifying leaves no half round
+    # that the summary would take for a finished one (summary._provisional).
+    study.set_user_attr(StudyAttr.FINALISTS, remeasured)
+    if unfused is not None:
+        study.set_user_attr(StudyAttr.CONFIRM_UNFUSED, entry[unfused.number])
     if verdict is not None:
         study.set_user_attr(StudyAttr.CONFIRM_BEST, verdict)
     if fuse_all is not None:

@@ -276,3 +276,17 @@ def test_run_verifies_the_best_at_every_verify_only_shape(test_models: Path, tmp
     assert data["best_trial"] not in failed and {r["trial"] for r in verify["rejected"]} == failed
     assert "verify-only shapes (2: w32, w37; not timed)" in " ".join(result.stdout.split())
     assert set(export_json(study)["provenance"]["verified_shapes"]) == {"wide", "w32", "w37"}
+
+
+def test_a_run_stopped_while_verifying_leaves_no_half_round(runner: TrialRunner, premise: None) -> None:
+    # The round's re-timing was recorded before verification: a stop there read as a finished
+    # round, and the best as "finished after the last finalists' round (another worker's trial…)".
+    class StoppedWhileVerifying(InProcessWorker):
+        def verify(self, request: VerifyRequest, timeout: float) -> VerifyResult:
+            raise KeyboardInterrupt
+
+    study = make_study([FUSE_ALL, FALLBACKS])
+    with pytest.raises(KeyboardInterrupt):
+        confirm_finalists(study, StoppedWhileVerifying(runner), timeout=60.0, top=3)  # type: ignore[arg-type]
+    assert StudyAttr.FINALISTS not in study.user_attrs and StudyAttr.CONFIRM_BEST not in study.user_attrs
+    assert summary(study)["provisional"].startswith("no finalists' round has completed")
