@@ -33,6 +33,23 @@ from sktune.plan import Plan, check_plan
 
 log = logging.getLogger(__name__)
 
+#: Dynamo's default recompile limit (``torch._dynamo.config.recompile_limit``, older releases'
+#: ``cache_size_limit``, still its alias): with ``dynamic=False`` each input shape is a graph of
+#: its own, and ``fullgraph=True`` fails at the limit's next shape.
+DYNAMO_RECOMPILE_LIMIT = 8
+
+
+def raise_recompile_limit(shapes: int) -> None:
+    """Let Dynamo capture ``shapes`` graphs of one forward (a serving stack's shapes)."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # older: no alias
+    if shapes > getattr(config, name):
+        log.info("sktune.apply: Dynamo's recompile limit raised from %d to %d (the plan's verified shapes)",
+                 getattr(config, name), shapes)
+        setattr(config, name, shapes)
+
 EXPORT_VERSION_KEY = "sktune_export_version"
 
 
@@ -208,6 +225,7 @@ def apply(model: torch.nn.Module, plan: Plan | dict[str, Any], backend: str = "i
     tuned = TunedPlan.parse(plan)
     if model.training:
         log.warning("sktune.apply: the model is in training mode; sktune tunes it in eval mode (call model.eval())")
+    raise_recompile_limit(len(tuned.verified_shapes or ()))  # or the 9th shape fails (fullgraph=True)
     applied = AppliedPlan(tuned, get_backend(backend), weakref.ref(model))
     compiled = torch.compile(model, backend=applied, fullgraph=True, dynamic=False)
     _APPLIED[compiled] = applied

@@ -234,12 +234,26 @@ def export_python(study: optuna.Study, storage: str | None = None) -> str:
     ]
     if data.get("best_fuses_nothing"):  # applying it would only add torch.compile's own cost per call
         return "\n".join([*head[:-1], "# Nothing to apply: use the model as it is."]) + "\n"
-    lines = [*head, *snippet.before_plan, _plan_literal(plan, len(attrs.get(StudyAttr.OPS, [])))]
+    lines = [*head, *snippet.before_plan, *_recompile_limit_lines(sum(declared_shapes(attrs))),
+             _plan_literal(plan, len(attrs.get(StudyAttr.OPS, [])))]
     apply_line = f'model = sktune.apply(model, PLAN, backend="{backend}")'
     compile_line = snippet.compile_after_source_edit
     if compile_line is None:
         return "\n".join([*lines, apply_line]) + "\n"
     return "\n".join([*lines, *_source_edit_lines(study, plan, compile_line, apply_line, storage)]) + "\n"
+
+
+def _recompile_limit_lines(shapes: int) -> list[str]:
+    """Past Dynamo's recompile limit a ``dynamic=False, fullgraph=True`` compile fails at the next
+    shape (each shape is a graph of its own): the snippet raises it to the declared shapes."""
+    from sktune._apply import DYNAMO_RECOMPILE_LIMIT
+
+    if shapes <= DYNAMO_RECOMPILE_LIMIT:
+        return []
+    return [f"# {shapes} shapes declared: Dynamo captures a graph per input shape (dynamic=False) and, with",
+            f"# fullgraph=True, fails past its recompile limit ({DYNAMO_RECOMPILE_LIMIT} by default): raise it.",
+            "import torch._dynamo",
+            f"torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, {shapes})", ""]
 
 
 def _source_edit_lines(study: optuna.Study, plan: Plan, compile_line: str, apply_line: str,

@@ -142,7 +142,9 @@ def capture_limit_warning(study: optuna.Study) -> str | None:
         return None
     return (f"{tuned + verify} shapes declared ({tuned} tuned + {verify} verify-only), more than npugraph_ex's "
             f"capture_limit ({limit} by default): past it a graph runs eager, without SuperKernel; set "
-            f"capture_limit to at least {tuned + verify} in the torch.compile options")
+            f"capture_limit to at least {tuned + verify} in the torch.compile options, and Dynamo's recompile "
+            "limit (torch._dynamo.config.cache_size_limit, 8 by default) as high, or the next shape fails "
+            "(the exported snippet raises both)")
 
 
 def verify_shapes_line(verify: dict[str, Any]) -> str:

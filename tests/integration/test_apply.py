@@ -113,6 +113,33 @@ def test_apply_accepts_the_json_export(study, unfused) -> None:
     assert sktune.applied_plan(model).tuned.n_ops == len(study.user_attrs["ops"])
 
 
+@pytest.fixture
+def recompile_limit():
+    """Dynamo's recompile limit at its default for the test, and as it was after it."""
+    from sktune._apply import DYNAMO_RECOMPILE_LIMIT
+
+    was = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = DYNAMO_RECOMPILE_LIMIT
+    yield
+    torch._dynamo.config.recompile_limit = was
+
+
+def test_apply_serves_every_verified_shape_past_dynamo_s_recompile_limit(recompile_limit: None) -> None:
+    # dynamic=False makes each shape a graph of its own: the 9th failed (FailOnRecompileLimitHit).
+    from sktune._apply import DYNAMO_RECOMPILE_LIMIT, EXPORT_VERSION_KEY
+
+    rows = range(1, DYNAMO_RECOMPILE_LIMIT + 3)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    doc = {EXPORT_VERSION_KEY: 1, "plan": Plan.make([Scope(0, 1, None)], {}).to_json(),
+           "provenance": {"verified_shapes": {f"bs{n}": [[[n, 8], "torch.float32"]] for n in rows}}}
+    compiled = sktune.apply(model, doc)
+    with torch.no_grad():
+        for n in rows:
+            x = torch.randn(n, 8)
+            assert torch.equal(compiled(x), model(x))
+    assert torch._dynamo.config.recompile_limit == len(rows)
+
+
 def test_op_count_mismatch_is_a_plan_error(unfused) -> None:
     source, graph, inputs, _ = unfused
     n = len(graph.ops)

@@ -387,6 +387,22 @@ def test_the_npu_snippet_raises_capture_limit_past_the_shapes_declared() -> None
     assert "capture_limit" not in at_limit and "'capture_limit': 65" in past
 
 
+def test_the_snippet_raises_dynamo_s_recompile_limit_past_its_default() -> None:
+    from sktune.report.export import _recompile_limit_lines
+
+    assert _recompile_limit_lines(8) == []
+    raised = "\n".join(_recompile_limit_lines(71))
+    assert "torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 71)" in raised
+    import torch._dynamo
+
+    was = torch._dynamo.config.recompile_limit
+    try:
+        exec(raised, {})  # the lines run as pasted (comments, import, assignment)
+        assert torch._dynamo.config.recompile_limit == max(was, 71)
+    finally:
+        torch._dynamo.config.recompile_limit = was
+
+
 def test_exporting_a_study_still_being_prepared_says_so(tmp_path: Path) -> None:
     # It said "no bitwise-exact completed trial …; run more trials" of a study its creator
     # was preparing (a second worker's export during the first's start-up).
