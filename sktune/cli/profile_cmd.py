@@ -53,6 +53,9 @@ def _print(summary: ProfileSummary) -> None:
 
     console = Console()
     console.print(f"[bold]{summary.source}[/]", highlight=False)
+    if summary.emulated:  # every figure below is the emulator's model of a device
+        console.print("[bold yellow]EMULATED[/]: written by sktune's emulated Ascend; these times are its model's, "
+                      "not an NPU measurement", highlight=False)
     if summary.note:
         console.print(summary.note, highlight=False)
 

@@ -19,6 +19,11 @@ class ProfileError(SktuneError):
     """No usable Ascend profile at the given path, or a file not in the documented format."""
 
 
+#: The emulated Ascend's mark in a profile directory it wrote (tests/npu_emulator's profiler):
+#: a real torch_npu.profiler writes no such file, so its figures are never labelled emulated.
+EMULATED_MARKER = "sktune_emulated.json"
+
+
 @dataclass(frozen=True)
 class ProfileFiles:
     """The files of one profile. ``note`` says how they were chosen when it was a choice."""
@@ -29,6 +34,7 @@ class ProfileFiles:
     fusion_fail_logs: tuple[Path, ...] = ()
     profile_dir: Path | None = None
     note: str | None = None
+    emulated: bool = False  # written by the emulated Ascend (EMULATED_MARKER), not by an NPU
 
 
 def find_profile_files(path: str | Path) -> ProfileFiles:
@@ -100,4 +106,5 @@ def _files(kernel_details: Path, out_dir: Path | None, profile_dir: Path | None)
         if (base / "sk_meta").is_dir():
             logs.extend(sorted((base / "sk_meta").rglob("sk_fusion_fail_reasons.log")))
     return ProfileFiles(kernel_details, sibling("step_trace_time.csv"), sibling("op_statistic.csv"),
-                        tuple(sorted(set(logs))), profile_dir)
+                        tuple(sorted(set(logs))), profile_dir,
+                        emulated=profile_dir is not None and (profile_dir / EMULATED_MARKER).is_file())

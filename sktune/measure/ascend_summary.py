@@ -74,6 +74,7 @@ class ProfileSummary:
     step_ids: bool = True  # False: no Step Id column (a run without profiler steps), all one step 0
     unstepped_rows: int = 0  # rows whose Step Id is blank: outside every step, in no step's figures
     cut_rows: int = 0  # rows with fewer fields than their file's header (a file cut short): left out
+    emulated: bool = False  # the emulated Ascend wrote it: its figures are its model's, never an NPU's
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON types: lists of dicts for the record tuples."""
@@ -163,7 +164,8 @@ def summarize(files: ProfileFiles, top: int = 15, kernels: pd.DataFrame | None =
         superkernels=_superkernels(work[work["is_superkernel"]]), markers_filtered=markers,
         duplicates_dropped=duplicates, untimed_rows=len(work) - len(timed), fusion_fail_reasons=tuple(fail),
         step_ids=step_ids, unstepped_rows=int(work["step"].isna().sum()),
-        cut_rows=df.attrs["cut_rows"] + (trace.attrs["cut_rows"] if trace is not None else 0))
+        cut_rows=df.attrs["cut_rows"] + (trace.attrs["cut_rows"] if trace is not None else 0),
+        emulated=files.emulated)
 
 
 def kernels_per_step(kernels: pd.DataFrame, top: int = 15) -> list[dict[str, Any]]:

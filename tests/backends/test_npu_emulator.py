@@ -534,6 +534,24 @@ def test_profile_without_steps_has_no_step_id(npu: Any, tmp_path: Path) -> None:
         step_spans(summary.to_json(), 5)
 
 
+def test_sktune_profile_labels_the_emulator_s_profiles_emulated(npu: Any, tmp_path: Path) -> None:
+    # Its figures read as a device's: "Per step (device) … span µs 97.003", no word of emulation.
+    import json
+    import subprocess
+    import sys
+
+    fused = compile_npu(chain([(1, 9, "all")]), X, **sk(SAFE))
+    profile_runs(npu, lambda: fused(*fused.flat_args), tmp_path)
+    run = next(tmp_path.glob("*_ascend_pt"))
+    shown = subprocess.run([sys.executable, "-m", "sktune", "profile", str(run)], capture_output=True, text=True,
+                           timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "EMULATED: written by sktune's emulated Ascend" in " ".join(shown.stdout.split())
+    data = subprocess.run([sys.executable, "-m", "sktune", "profile", str(run), "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert json.loads(data.stdout)["emulated"] is True
+
+
 def test_level1_keeps_op_summary_columns(npu: Any, tmp_path: Path) -> None:
     ref = compile_npu(chain([]), X, super_kernel_optimize=False)
     summary = profile_runs(npu, lambda: ref(*ref.flat_args), tmp_path, active=1, level="Level1")

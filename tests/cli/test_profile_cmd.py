@@ -39,6 +39,7 @@ def test_json_on_real_file() -> None:
     data = json.loads(result.stdout)
     assert [s["step"] for s in data["steps"]] == [19] and data["steps"][0]["kernels"] == 25  # one task under two names counts once
     assert next(iter(data["by_core"])) == "MIX_AIC"
+    assert data["emulated"] is False  # a real Ascend's file: never labelled emulated
 
 
 def test_human_summary_on_fixture() -> None:

@@ -118,4 +118,7 @@ def write_profile(dir_name: str | os.PathLike[str], worker_name: str | None, tra
     lines = [",".join(columns), *(kernel_line(r, columns) for r in trace.rows)]
     (out / "kernel_details.csv").write_text("\n".join(lines) + "\n")
     (out / "step_trace_time.csv").write_text("\n".join([STEP_HEADER, *step_lines(trace.rows, steps)]) + "\n")
+    # Not in a real profile: the emulator's mark, so that `sktune profile` labels these figures
+    # emulated (sktune.measure.ascend_files.EMULATED_MARKER reads it).
+    (run / "sktune_emulated.json").write_text('{"emulated": true, "by": "sktune\'s emulated Ascend"}\n')
     return run
