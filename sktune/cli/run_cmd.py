@@ -250,7 +250,7 @@ class _Progress:
         elif data["best_fuses_nothing"]:
             text = f"{data['study']}: keep the model unfused"
         else:
-            text = f"{data['study']}: best exact {data['speedup']:.2f}× (trial {data['best_trial']})"
+            text = f"{data['study']}: best exact {data['speedup']:.2f}×{_emulated(data)} (trial {data['best_trial']})"
         self.progress.update(self.task, description=text, total=self.progress.tasks[0].completed)
 
     def on_trial(self, study: Any, trial: Any) -> None:
@@ -266,10 +266,19 @@ class _Progress:
         if after_search or not self.budget.spends(trial):
             self.progress.update(self.task, total=(self.progress.tasks[0].total or 0) + 1)
         best = best_record(study)
-        text = (f"{study.study_name}: best exact {speedup_of(best.ratio):.2f}× (trial {best.number})"
-                if best else study.study_name)
+        text = (f"{study.study_name}: best exact {speedup_of(best.ratio):.2f}×{_emulated(study.user_attrs)} "
+                f"(trial {best.number})" if best else study.study_name)
         self.progress.update(self.task, advance=1, description=text)
         self._warn_of_other_workers(study)
+
+
+def _emulated(attrs: dict[str, Any]) -> str:
+    """`` emulated`` after a speedup the emulated Ascend gave (a summary's or a study's
+    attributes): never read as an NPU figure, on the bar either."""
+    from sktune.tuning.attrs import StudyAttr
+
+    env = attrs.get(StudyAttr.ENVIRONMENT) or {}
+    return " emulated" if attrs.get("emulated") or env.get("emulated") == "true" else ""
 
 
 def resuming_line(study: Any, joined: bool = False) -> str | None:
@@ -286,7 +295,8 @@ def resuming_line(study: Any, joined: bool = False) -> str | None:
         return None
     exact = sum(1 for t in done if is_exact(t))
     best = best_record(study)
-    so_far = f"; best exact so far {speedup_of(best.ratio):.2f}× (trial {best.number})" if best and best.ratio else ""
+    so_far = (f"; best exact so far {speedup_of(best.ratio):.2f}×{_emulated(study.user_attrs)} (trial {best.number})"
+              if best and best.ratio else "")
     if joined:
         return f"joined study {study.study_name!r}, which another worker created: {len(done)} trials done " \
                f"so far ({exact} exact){so_far}"

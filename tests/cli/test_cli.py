@@ -313,6 +313,8 @@ def test_sigterm_stops_the_tuning_as_ctrl_c_does_and_only_the_tuning() -> None:
 @pytest.mark.parametrize(("data", "line"), [
     ({"study": "s", "best_plan": {"scopes": []}, "best_fuses_nothing": False, "speedup": 1.71, "best_trial": 7},
      "s: best exact 1.71× (trial 7)"),  # the table's best, re-measured: the bar named trial 3's search figure
+    ({"study": "s", "best_plan": {"scopes": []}, "best_fuses_nothing": False, "speedup": 5.36, "best_trial": 0,
+      "emulated": True}, "s: best exact 5.36× emulated (trial 0)"),  # never read as an NPU figure
     ({"study": "s", "best_plan": {"scopes": []}, "best_fuses_nothing": True}, "s: keep the model unfused"),
     ({"study": "s", "best_plan": None}, "s: no exact plan"),
 ])
@@ -349,6 +351,10 @@ def test_a_resumed_study_says_so_with_what_was_done() -> None:
         study.add_trial(optuna.trial.create_trial(value=value, user_attrs={"plan": {"scopes": []}},
                                                   constraints={"bitwise": mismatches}))
     assert resuming_line(study).startswith("resuming study 's': 2 trials done earlier (1 exact)")
+    from sktune.cli.run_cmd import _emulated  # after the figure the resume line and the bar name
+
+    assert _emulated({"environment": {"backend": "npu", "emulated": "true"}}) == " emulated"
+    assert _emulated({"environment": {"backend": "inductor"}}) == ""
     # Opened while another worker was creating it: its trials are not an earlier run's.
     assert resuming_line(study, joined=True).startswith(
         "joined study 's', which another worker created: 2 trials done so far (1 exact)")
