@@ -22,16 +22,18 @@ from sktune.tuning.workers import worker_tag
 
 
 def record_run(study: optuna.Study, workload: Workload, phases_s: dict[str, float],
-               verify_static: list[dict[str, Any]] | None = None) -> None:
+               verify_static: list[dict[str, Any]] | None = None, stopped: bool = False) -> None:
     """This run's worker time (its start-up and phases), its start-up's static compiles and
     its verifications' (emulated only: the verify-only shapes' references and plans), under a
     key of its own: workers that share the study never overwrite each other's, and a resumed
-    study adds its runs instead of replacing the last one's."""
+    study adds its runs instead of replacing the last one's. ``stopped``: the run was stopped
+    (its time up to the stop)."""
     tag = worker_tag()
     key = f"{StudyAttr.RUN}{tag['host']}:{tag['pid']}:{uuid.uuid4().hex[:8]}"
     study.set_user_attr(key, {"wall_s": sum((workload.startup_s or {}).values()) + sum(phases_s.values()),
                               "startup_static": workload.startup_static,
-                              **({"verify_static": verify_static} if verify_static else {})})
+                              **({"verify_static": verify_static} if verify_static else {}),
+                              **({"stopped": True} if stopped else {})})
 
 
 def record_earlier_runs(study: optuna.Study) -> None:

@@ -220,27 +220,44 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
             )
             objective = make_objective(space, worker, rules, workload.targets, workload.exact())
             phases = PhaseClock()  # where this run's time went after start-up
-            with phases("search"):
+            with _recorded_if_stopped(study, started, phases, worker), phases("search"):
                 search(study, objective, effort, settings.timeout, callbacks, starting)
             # A worker of this host killed meanwhile left its trial RUNNING; Optuna's heartbeat
             # fails it only when a trial starts 30 s later, which a finishing study may never do.
             fail_orphaned_trials(study, study._storage, untagged=False)
-            with phases("refine"):
-                refine_best(study, space, objective, callbacks, effort.whole_region_cap)
-            with phases("yardsticks"):  # each shape's own candidates, at that shape only: the regret's yardstick
-                run_yardsticks(study, space, workload, objective, callbacks, effort.whole_region_cap)
-            with phases("finalists"):
-                confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes,
-                                  effort.confirm_rounds)
-            with phases("through_compile"):
-                time_through_compile(study, worker, settings.trial_timeout,
-                                     backend.device_profiler is None, effort.confirm_rounds)
-            with phases("profiles"):
-                profile_baseline_and_best(study, worker, settings.trial_timeout)
+            with _recorded_if_stopped(study, started, phases, worker):
+                with phases("refine"):
+                    refine_best(study, space, objective, callbacks, effort.whole_region_cap)
+                with phases("yardsticks"):  # each shape's own candidates, at that shape only: the regret's yardstick
+                    run_yardsticks(study, space, workload, objective, callbacks, effort.whole_region_cap)
+                with phases("finalists"):
+                    confirm_finalists(study, worker, settings.trial_timeout, effort.confirm_top, rules.shapes,
+                                      effort.confirm_rounds)
+                with phases("through_compile"):
+                    time_through_compile(study, worker, settings.trial_timeout,
+                                         backend.device_profiler is None, effort.confirm_rounds)
+                with phases("profiles"):
+                    profile_baseline_and_best(study, worker, settings.trial_timeout)
             record_earlier_runs(study)  # before this run's phases replace the last one's
             study.set_user_attr(StudyAttr.PHASES_S, phases.seconds)
             record_run(study, started, phases.seconds, worker.verify_static)
     return study
+
+
+@contextlib.contextmanager
+def _recorded_if_stopped(study: optuna.Study, started: Workload, phases: "PhaseClock",
+                         worker: SupervisedWorker) -> Iterator[None]:
+    """A run stopped (Ctrl-C, SIGTERM) still records its worker time: the estimated host time
+    of the study counts every run (it dropped the stopped ones). Best effort: the stop stands."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        try:
+            record_earlier_runs(study)
+            record_run(study, started, phases.seconds, worker.verify_static, stopped=True)
+        except Exception as exc:  # the storage may be what failed: say so, and stop as asked
+            log.warning("this stopped run's time was not recorded: %s", exc)
+        raise
 
 
 class PhaseClock:

@@ -16,6 +16,7 @@ import pytest
 from optuna.storages.journal._storage import JournalOperation  # the log's op codes
 
 from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.host_time import run_records
 from sktune.tuning.refine import REFINED
 from sktune.tuning.storage import make_storage
 
@@ -96,12 +97,17 @@ def test_interrupted_run_resumes_without_losing_trials(tmp_path: Path, sig: sign
         code, word = (130, "interrupted") if sig == signal.SIGINT else (143, "terminated")
         assert run.returncode == code and f"{word}: completed trials are saved" in err, err[-2000:]
         assert "Traceback" not in err
-        left = optuna.load_study(study_name="s", storage=storage).get_trials()
+        stopped = optuna.load_study(study_name="s", storage=storage)
+        left = stopped.get_trials()
         assert not [t for t in left if t.state == optuna.trial.TrialState.RUNNING]
+        # Its worker time counts in the study's estimated host time (a stopped run's was dropped).
+        assert [r.get("stopped") for r in run_records(stopped)] == [True]
     again = subprocess.run([sys.executable, "-m", "sktune", "run", *args, "--trials", "1"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    trials = optuna.load_study(study_name="s", storage=storage).get_trials()
+    resumed = optuna.load_study(study_name="s", storage=storage)
+    assert len(run_records(resumed)) == (1 if sig == signal.SIGKILL else 2)
+    trials = resumed.get_trials()
     complete_after = {t.number for t in within_budget(trials) if t.state == optuna.trial.TrialState.COMPLETE}
     assert complete_before <= complete_after and len(complete_after) == len(complete_before) + 1
     running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
