@@ -11,6 +11,10 @@ from rich.markup import escape
 
 err_console = Console(stderr=True)
 
+#: The longest time limit an option takes (a day): a float past it (inf, 1e10) overflows a
+#: thread join's or a selector's timeout, a traceback after minutes of work.
+MAX_TIMEOUT_S = 86400.0
+
 
 def print_error(message: str) -> None:
     """``error: <message>`` on stderr, the message never read as rich markup (paths, [brackets])."""

@@ -12,15 +12,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sktune.cli._errors import err_console, print_error, user_errors
+from sktune.cli._errors import MAX_TIMEOUT_S, err_console, print_error, user_errors
 from sktune.cli._paths import check_output
 
 if TYPE_CHECKING:
     from sktune.doctor.records import DoctorReport
 
 _STYLE = {"confirmed": "green", "differs": "yellow", "could not check": "red", "info": "cyan"}
-#: A day per check: a float past it (inf, 1e10) would overflow the thread join's timeout.
-MAX_TIMEOUT_S = 86400.0
 
 
 def doctor_command(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from sktune.cli._errors import err_console, print_error, user_errors
+from sktune.cli._errors import MAX_TIMEOUT_S, err_console, print_error, user_errors
 from sktune.cli._paths import check_output
 from sktune.cli.summary_view import print_summary
 from sktune.tuning.settings import DEFAULT_INPUT_SETS, DEFAULT_STORAGE
@@ -47,10 +47,10 @@ def run_command(
     timeout: Annotated[float | None, typer.Option(min=1, help="Stop starting new trials after this many seconds.")] = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: MODEL-BACKEND). Same name + storage resumes.")] = None,
     storage: Annotated[str, typer.Option(help="Optuna storage URL (default: SQLite file in the working directory).")] = DEFAULT_STORAGE,
-    seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Sampler seed.")] = 0,
     threads: Annotated[int, typer.Option(min=1, help="CPU threads for compiled and eager runs (1 is the least noisy).")] = 1,
     input_sets: Annotated[int, typer.Option(min=1, help="Input sets (seeds) every candidate is verified on.")] = DEFAULT_INPUT_SETS,
-    trial_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a trial's worker is killed as hung.")] = 300.0,
+    trial_timeout: Annotated[float, typer.Option(min=1, max=MAX_TIMEOUT_S, help="Seconds before a trial's worker is killed as hung (at most a day).")] = 300.0,
     bisect_runs: Annotated[int | None, typer.Option(min=0, help="Compile+verify runs to locate the op range behind a mismatch (default: the backend's own; 0 where outputs can be compared op by op).")] = None,
     diagnose: Annotated[int, typer.Option(min=0, help="Hung trials to rerun once with the backend's debug options (e.g. CANN's op execution trace).")] = 1,
     allow_changed: Annotated[bool, typer.Option(help="Resume a study even if the model file or versions changed.")] = False,
@@ -77,6 +77,8 @@ def run_command(
             check_output(summary_json, "--summary-json")
         if warm_storage is not None and not warm_start:
             raise SktuneError("--warm-storage names where the --warm-start studies are: give --warm-start too")
+        if patience is not None and no_stop:
+            raise SktuneError("--patience stops the search early and --no-stop never does: give one of them")
         settings = TuneSettings(
             model_path=model.resolve(), backend=resolve_backend_name(backend), trials=trials, effort=effort.value,
             patience=patience, stop_early=not no_stop, probe=probe, compile_helper=compile_helper, timeout=timeout,

@@ -122,7 +122,8 @@ def test_debug_shows_traceback(test_models: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [["--trials", "0"], ["--trials", "-3"], ["--threads", "0"], ["--backend", "tpu"],
                                   ["--effort", "fast"], ["--patience", "0"], ["--shapes", "bs1,"],
-                                  ["--shapes", "bs1"]])
+                                  ["--shapes", "bs1"], ["--seed", "-5"], ["--seed", "99999999999"],
+                                  ["--trial-timeout", "inf"], ["--patience", "3", "--no-stop"]])
 def test_bad_flags_rejected(test_models: Path, tmp_path: Path, args: list[str]) -> None:
     result = sktune("run", str(test_models / "tiny_norm.py"), *args, cwd=tmp_path)
     assert result.returncode != 0
