@@ -81,13 +81,15 @@ def print_summary(data: dict[str, Any]) -> None:
         weighted = " (weighted)" if len(data.get("shapes") or {}) > 1 else ""
         table.add_row(f"best #{data['best_trial']}{weighted}", us(data["best_s"]), us(data["baseline_s"]),
                       _speedup(data), "yes" if data["verified_bitwise"] else "NO")
+    # --shapes left some of input_shapes() out: the shares are of the shapes tuned.
+    traffic = "tuned traffic" if (data.get("verify_shapes") or {}).get("left_out") else "traffic"
     for name, shape in (data.get("shapes") or {}).items():  # the one plan at each served shape
         against = {"yardstick": " vs yardstick", "itself": " (it is this shape's best alone)"}.get(
             shape.get("regret_against") or "", "")  # else: best alone
         timed = (" (both re-measured)" if shape.get("regret_timing") == "re-measured"
                  else f" at its search {shape['search_speedup']:.2f}×")
         regret = "" if shape["regret"] is None else f", regret {shape['regret']:+.1%}{against}{timed}"
-        table.add_row(f"  at {name} ({shape['share']:.0%} of the traffic{regret})", us(shape["best_s"]), us(shape["baseline_s"]),
+        table.add_row(f"  at {name} ({shape['share']:.0%} of the {traffic}{regret})", us(shape["best_s"]), us(shape["baseline_s"]),
                       _speedup(shape), "yes" if shape["verified_bitwise"] else "NO")
         if shape.get("yardstick_trial") is not None:  # that shape's own candidate, measured there only
             # Short cells (the full "exact where" is in the summary and the report): no wrapping.

@@ -62,6 +62,7 @@ class Workload:
     # {}: not known (a workload from an older sktune).
     digests: dict[str, str] = field(default_factory=dict)
     verify_shapes: tuple[str, ...] = ()  # verify_shapes() in the model file: checked at start-up, never tuned
+    left_out_shapes: tuple[str, ...] = ()  # input_shapes() that --shapes left out: verify-only here, listed first
 
     @property
     def targets(self) -> list[str]:
@@ -116,6 +117,7 @@ class Workload:
             "model_sha256": self.model_sha256, "input_shapes": self.input_shapes,
             "shapes": self.shapes_json(), "exactness_by_shape": self.exactness_by_shape,
             "digests": self.digests, "verify_shapes": list(self.verify_shapes),
+            "left_out_shapes": list(self.left_out_shapes),
         }
 
     @classmethod
@@ -133,6 +135,7 @@ class Workload:
             exactness_by_shape=dict(data.get("exactness_by_shape") or {}),
             digests=dict(data.get("digests") or {}),
             verify_shapes=tuple(data.get("verify_shapes") or ()),
+            left_out_shapes=tuple(data.get("left_out_shapes") or ()),
         )
 
 

@@ -172,12 +172,14 @@ def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[s
     verify = data.get("verify_shapes") or {}
     checked = [name for name, o in (verify.get("best") or {}).items() if o["bitwise"]]
     unchecked = [name for name in verify.get("shapes") or () if name not in checked]  # e.g. a run stopped before
+    served = (f"the shapes --shapes tuned ({', '.join(verify['left_out'])} left out: verified, not timed)"
+              if verify.get("left_out") else "every served shape")
     through = through_compile_line(data.get("through_compile"))
     return [
         f"# {measured}: speedup {data['speedup']:.3f}x over unfused (95 % interval {lo:.3f}-{hi:.3f}x, {verdict}),",
         f"# baseline timed in the same run; {verified}.",
         *([_through_comment(through, data["through_compile"])] if through else []),
-        *([f"# One plan for every served shape (the speedup above is their weighted mean): {', '.join(shapes)};",
+        *([f"# One plan for {served} (the speedup above is their weighted mean): {', '.join(shapes)};",
            "# at any other input shape the plan is unverified."] if shapes else []),
         *([f"# Also verified bitwise, not timed, at the verify-only shapes {', '.join(checked)}."] if checked else []),
         *([f"# NOT verified at the verify-only shapes {_listed(unchecked)}: the model declares them; run the study "

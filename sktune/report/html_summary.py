@@ -103,7 +103,8 @@ def _shapes(summary: dict[str, Any]) -> str:
             "there against the faster of the two: search timing against search timing, the plan's search "
             "figure beside it (its speedup before is the re-measured one, where the finalists' round ran), or "
             "the round's figures where it re-measured both (marked).</p>"
-            + table(["shape", "share of traffic", "unfused µs", "plan µs", "speedup [95 %]", "bitwise", "plan (search)",
+            + table(["shape", "share of tuned traffic" if (summary.get("verify_shapes") or {}).get("left_out")
+                     else "share of traffic", "unfused µs", "plan µs", "speedup [95 %]", "bitwise", "plan (search)",
                       "best alone (search)", "yardstick: exact where", "regret"], rows))
 
 

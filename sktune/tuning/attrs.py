@@ -89,6 +89,7 @@ class StudyAttr:
     WHOLE_REGION_SKIPPED = "whole_region_skipped"  # why the whole-region refinement was not tried (refine.py)
     EFFECTIVE_OPTIONS_UNCHECKED = "effective_options_unchecked"  # the study's one warning: no dump compared
     VERIFY_SHAPES = "verify_shapes"  # the model's verify-only shapes (verify_shapes()), in order; absent: none
+    LEFT_OUT_SHAPES = "left_out_shapes"  # input_shapes() that --shapes left out: first among VERIFY_SHAPES
     VERIFIED = "verified"  # per finalist verified there: [{trial, shapes: {name: outcome}}] (tuning/verified.py)
 
 

@@ -216,6 +216,8 @@ def _record_verify_shapes(study: optuna.Study, workload: Workload) -> None:
     if workload.verify_shapes or StudyAttr.VERIFY_SHAPES in study.user_attrs:  # a model that dropped them too
         if study.user_attrs.get(StudyAttr.VERIFY_SHAPES) != list(workload.verify_shapes):
             study.set_user_attr(StudyAttr.VERIFY_SHAPES, list(workload.verify_shapes))
+    if workload.left_out_shapes and study.user_attrs.get(StudyAttr.LEFT_OUT_SHAPES) != list(workload.left_out_shapes):
+        study.set_user_attr(StudyAttr.LEFT_OUT_SHAPES, list(workload.left_out_shapes))
 
 
 def _changed(key: str, old: Any, new: Any) -> str:

@@ -107,6 +107,7 @@ def verify_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any
     confirm = study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}
     return {
         "shapes": list(names),
+        "left_out": list(study.user_attrs.get(StudyAttr.LEFT_OUT_SHAPES) or []),  # by --shapes: verified only
         "best": best,
         "verified_bitwise": best is not None and all_bitwise(best, names),
         "rejected": confirm.get("verify_rejected") or [],
@@ -167,7 +168,9 @@ def verify_shapes_line(verify: dict[str, Any]) -> str:
                    else "not verified at any")
     else:
         verdict = "bitwise at all"
-    return (f"verify-only shapes ({len(names)}: {', '.join(names)}; not timed): best plan {verdict}"
+    left_out = verify.get("left_out") or []
+    why = f"; {', '.join(left_out)}: input_shapes() left out by --shapes" if left_out else ""
+    return (f"verify-only shapes ({len(names)}: {', '.join(names)}; not timed{why}): best plan {verdict}"
             f"{rejected}; verification took {verify['seconds']:.1f} s")
 
 

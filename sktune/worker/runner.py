@@ -57,9 +57,10 @@ class TrialRunner:
         primary = self.shape(None)
         self.graph, self.inputs, self.args = primary.graph, primary.inputs, primary.args
         self.reference_fn, self.references = primary.reference_fn, primary.references
-        # Named only: each is captured when a plan is first verified there (start-up pays nothing).
+        # Captured at start-up; each one's references are computed when a plan is first verified there.
         self.verify_only = VerifyOnly(loaded.verify_names, self.source, loaded.model, self.backend, config, primary,
                                       loaded.verify_graphs)
+        self.left_out = loaded.left_out
         clock = time.perf_counter()
         self.backend.observe(lambda: self.reference_fn(*self.args[0]))
         self.kernelless = kernelless_ops(self.graph.gm, self.args[0])
@@ -120,7 +121,7 @@ class TrialRunner:
             # Heaviest first; empty for a model without input_shapes().
             shapes={name: ServedShape(s.weight, signature(s.inputs[0]))
                     for name, s in self.shape_sets.items() if name is not None},
-            digests=graph_digests(self.graph), verify_shapes=self.verify_only.names,
+            digests=graph_digests(self.graph), verify_shapes=self.verify_only.names, left_out_shapes=self.left_out,
         )
 
     def run(self, request: TrialRequest) -> TrialResult:

@@ -54,6 +54,7 @@ class LoadedModel:
     model: torch.nn.Module | None = None  # kept to draw the verify-only shapes' references later
     verify_names: tuple[str, ...] = ()  # verify_shapes(): captured and checked here, references on first use
     verify_graphs: dict[str, OpGraph] = field(default_factory=dict)
+    left_out: tuple[str, ...] = ()  # input_shapes() that --shapes left out: among verify_names, first
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,10 @@ def load_model(config: RunnerConfig, backend: Backend, opened: OpenedModel) -> L
     source, device = opened.source, backend.device
     model = opened.model.to(device)
     weights = shape_weights(source, config.shapes)
-    verify_names = verify_shape_names(source)  # checked, drawn and captured now; references on first use
+    # Checked, drawn and captured now; references on first use. The input_shapes() that --shapes
+    # left out are served too: verified there as at verify_shapes(), never timed.
+    left_out = tuple(name for name in shape_weights(source) if name not in weights) if config.shapes else ()
+    verify_names = (*left_out, *verify_shape_names(source))
     # The heaviest shape first: it is measured first and prunes for the others.
     names: list[str | None] = sorted(weights, key=lambda n: -weights[n]) or [None]
     drawn = checked_inputs(source, model, names, verify_names, config.input_sets, device)
@@ -105,7 +109,7 @@ def load_model(config: RunnerConfig, backend: Backend, opened: OpenedModel) -> L
                   for name in names}
     startup_s["reference"] = time.perf_counter() - clock
     return LoadedModel(source, weights, shape_sets, all(reused for _, reused in captured.values()), startup_s,
-                       model, verify_names, verify_graphs)
+                       model, verify_names, verify_graphs, left_out)
 
 
 def checked_inputs(source: ModelSource, model: torch.nn.Module, names: list[str | None],

@@ -290,3 +290,19 @@ def test_a_run_stopped_while_verifying_leaves_no_half_round(runner: TrialRunner,
         confirm_finalists(study, StoppedWhileVerifying(runner), timeout=60.0, top=3)  # type: ignore[arg-type]
     assert StudyAttr.FINALISTS not in study.user_attrs and StudyAttr.CONFIRM_BEST not in study.user_attrs
     assert summary(study)["provisional"].startswith("no finalists' round has completed")
+
+
+def test_input_shapes_left_out_by_shapes_are_verified_there(test_models: Path) -> None:
+    # --shapes wide tuned at wide and said nothing of narrow: neither tuned nor verified there,
+    # while the CLI called wide "100% of the traffic" and the export "every served shape".
+    from sktune.tuning.verified import verify_shapes_line
+
+    wide_only = TrialRunner(RunnerConfig(model_path=str(test_models / "two_widths.py"), n_batches=2,
+                                         shapes=("wide",)))
+    workload = wide_only.describe()
+    assert list(workload.shapes) == ["wide"] and workload.left_out_shapes == ("narrow",)
+    assert workload.verify_shapes == ("narrow",)
+    assert wide_only.verify(VerifyRequest(Plan.make([Scope(0, len(workload.ops) - 1, None)]), "narrow")).bitwise
+    line = verify_shapes_line({"shapes": ["narrow"], "left_out": ["narrow"], "rejected": [], "seconds": 0.1,
+                               "best": {"narrow": {"bitwise": True, "mismatches": 0, "reason": None}}})
+    assert "(1: narrow; not timed; narrow: input_shapes() left out by --shapes): best plan bitwise at all" in line
