@@ -99,10 +99,14 @@ def run_command(
 
             saved = stop_note(settings.study, settings.storage)  # saved, deleted, or handed to another worker
             terminated = isinstance(stop, Terminated)
-            err_console.print(f"{'terminated' if terminated else 'interrupted'}: {saved}", soft_wrap=True)
+            how = "terminated" if terminated else "interrupted"
+            stopped = _stopped_summary(settings.study, settings.storage)
+            if isinstance(stopped, dict) and stopped["best_plan"] is not None and not stopped.get("provisional"):
+                # Stopped after a finalists' round (its profiles, say): its result stands; show it.
+                print_summary(stopped)
+            err_console.print(f"{how}: {saved}", soft_wrap=True)
             if summary_json is not None:
-                _write_stopped_summary(summary_json, settings.study, settings.storage,
-                                       "terminated" if terminated else "interrupted")
+                _write_stopped_summary(summary_json, stopped, how)
             raise typer.Exit(143 if terminated else 130) from None
         except Exception as exc:
             from sktune.tuning.storage import mask_url, raised_by_storage, storage_error
@@ -134,10 +138,10 @@ def _write_summary(path: Path, data: dict[str, Any]) -> None:
         raise SktuneError(f"cannot write --summary-json {path}: {exc}") from exc
 
 
-def _write_stopped_summary(path: Path, study: str, storage: str, how: str) -> None:
-    """The summary of what a stopped run saved, for a script that reads --summary-json (its
-    ``stopped`` says how the run ended; its ``provisional`` why the figures are the search's).
-    Nothing saved, or the storage gone: one line, no file."""
+def _stopped_summary(study: str, storage: str) -> dict[str, Any] | str:
+    """The summary of what a stopped run saved (its ``provisional`` says why the figures are the
+    search's, where no finalists' round named the best), or why there is none: nothing saved,
+    the storage gone, or a second Ctrl-C (it skips this; the stop's exit code stands)."""
     from sktune.errors import SktuneError
     from sktune.tuning.attrs import is_prepared
     from sktune.tuning.storage import load_existing_study
@@ -147,15 +151,26 @@ def _write_stopped_summary(path: Path, study: str, storage: str, how: str) -> No
         loaded = load_existing_study(study, storage)
         if not is_prepared(loaded.user_attrs):  # handed to another worker that prepares it now
             raise SktuneError("this run saved nothing (stopped before the study was prepared)")
-        _write_summary(path, {**summary(loaded), "stopped": how})
-    except (Exception, KeyboardInterrupt) as exc:  # a second Ctrl-C skips it; the stop's exit code stands
+        return summary(loaded)
+    except (Exception, KeyboardInterrupt) as exc:
         if isinstance(exc, SktuneError):
-            why = str(exc)
-        elif isinstance(exc, KeyboardInterrupt):
-            why = "interrupted again"
-        else:
-            why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        err_console.print(f"no summary written to {escape(str(path))}: {escape(why)}", soft_wrap=True)
+            return str(exc)
+        if isinstance(exc, KeyboardInterrupt):
+            return "interrupted again"
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _write_stopped_summary(path: Path, stopped: dict[str, Any] | str, how: str) -> None:
+    """``--summary-json`` of a stopped run, for a script that reads it (its ``stopped`` says how
+    the run ended); where there is no summary (``stopped`` says why): one line, no file."""
+    from sktune.errors import SktuneError
+
+    try:
+        if isinstance(stopped, str):
+            raise SktuneError(stopped)
+        _write_summary(path, {**stopped, "stopped": how})
+    except SktuneError as exc:
+        err_console.print(f"no summary written to {escape(str(path))}: {escape(str(exc))}", soft_wrap=True)
         return
     err_console.print(f"summary of the trials saved so far written to {escape(str(path))}", soft_wrap=True)
 

@@ -17,10 +17,10 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> TinyStudy:
 
 def test_a_stopped_run_writes_the_summary_of_its_saved_trials(tuned: TinyStudy, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    from sktune.cli.run_cmd import _write_stopped_summary
+    from sktune.cli.run_cmd import _stopped_summary, _write_stopped_summary
 
     out = tmp_path / "s.json"
-    _write_stopped_summary(out, tuned.name, tuned.storage, "terminated")
+    _write_stopped_summary(out, _stopped_summary(tuned.name, tuned.storage), "terminated")
     data = json.loads(out.read_text())
     assert data["stopped"] == "terminated" and data["study"] == tuned.name
     assert data["n_trials"] >= 1 and "best_plan" in data
@@ -29,10 +29,10 @@ def test_a_stopped_run_writes_the_summary_of_its_saved_trials(tuned: TinyStudy, 
 
 def test_a_run_stopped_before_anything_was_saved_writes_no_summary(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    from sktune.cli.run_cmd import _write_stopped_summary
+    from sktune.cli.run_cmd import _stopped_summary, _write_stopped_summary
 
     out = tmp_path / "s.json"
-    _write_stopped_summary(out, "s", f"sqlite:///{tmp_path}/none.db", "interrupted")
+    _write_stopped_summary(out, _stopped_summary("s", f"sqlite:///{tmp_path}/none.db"), "interrupted")
     assert not out.exists()
     err = " ".join(capsys.readouterr().err.split())
     assert f"no summary written to {out}" in err and "does not exist" in err
@@ -44,14 +44,34 @@ def test_a_run_stopped_before_its_study_was_prepared_writes_no_summary(tmp_path:
     # trials, no model) beside "this run saved nothing".
     import optuna
 
-    from sktune.cli.run_cmd import _write_stopped_summary
+    from sktune.cli.run_cmd import _stopped_summary, _write_stopped_summary
     from sktune.tuning.attrs import StudyAttr
 
     storage = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(study_name="s", storage=storage)
     study.set_user_attr(StudyAttr.CREATOR, {})  # an sktune study its creator left unprepared
     out = tmp_path / "s.json"
-    _write_stopped_summary(out, "s", storage, "interrupted")
+    _write_stopped_summary(out, _stopped_summary("s", storage), "interrupted")
     assert not out.exists()
     err = " ".join(capsys.readouterr().err.split())
     assert f"no summary written to {out}: this run saved nothing" in err
+
+
+def test_a_run_stopped_after_its_finalists_round_shows_its_result(tuned: TinyStudy,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stopped while profiling the best: it said only "interrupted … run the same command again",
+    # which ran more trials; the finished result was shown nowhere.
+    from typer.testing import CliRunner
+
+    import sktune.tuning.loop
+    from sktune.cli.app import app
+
+    def stopped_while_profiling(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sktune.tuning.loop, "tune", stopped_while_profiling)
+    result = CliRunner().invoke(app, ["run", str(tuned.model), "--study", tuned.name, "--storage", tuned.storage])
+    assert result.exit_code == 130
+    out = " ".join(result.output.split())
+    assert f"study {tuned.name} (each row timed against unfused in the same run)" in out
+    assert "interrupted: " in out
