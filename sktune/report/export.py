@@ -308,7 +308,14 @@ def export_patch(study: optuna.Study, model_file: str | Path | None = None, root
                           "pass it with --model PATH, or use sktune.apply(model, PLAN, backend=...) instead")
     raw = path.read_bytes()
     recorded = attrs.get(StudyAttr.MODEL_SHA256)
-    if recorded and hashlib.sha256(raw).hexdigest() != recorded:
+    now = hashlib.sha256(raw).hexdigest()
+    if recorded and now != recorded:
+        # Resumed across this very change: the study keeps the ops (and source lines) it was created with.
+        if any(c.get("model_sha256") == now for c in attrs.get(StudyAttr.RESUMED_ACROSS) or []):
+            raise ExportError(f"{path} changed since study {study.study_name!r} was created; it was resumed across "
+                              "the change (--allow-changed) but keeps the ops and source lines of the file it was "
+                              "created for, so no patch matches this one: tune it in a new --study, restore that "
+                              "file, or use sktune.apply(...) instead")
         raise ExportError(f"{path} changed since study {study.study_name!r} was tuned (sha256 differs), so the "
                           "ops' source lines no longer match it; re-run the study or use sktune.apply(...) instead")
     base = Path(root or Path.cwd()).resolve()

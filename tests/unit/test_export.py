@@ -190,6 +190,14 @@ def test_patch_refuses_a_changed_model_file_and_an_op_called_from_the_edge(strai
     study = make_study(tmp_path, path, ops, Plan.make([Scope(1, 3, "sk0")]))
     with pytest.raises(ExportError, match="changed since study 'hand' was tuned"):
         export_patch(study, model_file=changed)
+    # Resumed across that change: re-running the study cannot help (it keeps the first file's ops).
+    import hashlib
+
+    study.set_user_attr("resumed_across", [{"model_sha256": hashlib.sha256(changed.read_bytes()).hexdigest(),
+                                            "changed": ["model_sha256: …"]}])
+    with pytest.raises(ExportError, match=r"resumed across the change \(--allow-changed\) but keeps the ops .* "
+                                          r"tune it in a new --study"):
+        export_patch(study, model_file=changed)
     # An op right before the scope whose line is unknown may run inside the begin statement.
     relabelled = [dict(op, source="") if op["index"] == 6 else op for op in ops]
     (tmp_path / "b").mkdir()
