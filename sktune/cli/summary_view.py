@@ -80,7 +80,8 @@ def print_summary(data: dict[str, Any]) -> None:
     if data["speedup"]:
         weighted = " (weighted)" if len(data.get("shapes") or {}) > 1 else ""
         table.add_row(f"best #{data['best_trial']}{weighted}", us(data["best_s"]), us(data["baseline_s"]),
-                      _speedup(data), "yes" if data["verified_bitwise"] else "NO")
+                      _speedup(data), ("yes, before the change" if data.get("verified_before_change") else "yes")
+                      if data["verified_bitwise"] else "NO")
     # --shapes left some of input_shapes() out: the shares are of the shapes tuned.
     traffic = "tuned traffic" if (data.get("verify_shapes") or {}).get("left_out") else "traffic"
     for name, shape in (data.get("shapes") or {}).items():  # the one plan at each served shape

@@ -163,6 +163,7 @@ def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[s
     if data.get("provisional"):  # a search trial's figure, the least of many noisy ones: biased low
         verdict = f"PROVISIONAL: {data['provisional']}"
     verified = (f"outputs verified bitwise equal to the unfused model on {input_sets} input sets"
+                + (" before the change the study was resumed across" if data.get("verified_before_change") else "")
                 if data["verified_bitwise"] else "outputs NOT verified bitwise (the re-measurement disagreed)")
     spans = regions(data["n_ops"], plan.scopes)
     fused = (f"Fused regions (op ranges): {', '.join(f'{a}..{b}' for a, b in spans)}" if spans

@@ -53,6 +53,14 @@ def _provisional(study: optuna.Study, best: int, source: str) -> str | None:
             f"run's): its figures are the search trial's, {OPTIMISTIC}; the last worker to finish re-measures it")
 
 
+def _verified_before_change(study: optuna.Study, number: int) -> bool:
+    """Whether the best's outputs were verified before the last resume across a change
+    (--allow-changed): on the model or machine as it was (README, "Resuming")."""
+    changes = study.user_attrs.get(StudyAttr.RESUMED_ACROSS) or []
+    done = study.trials[number].datetime_complete
+    return bool(changes) and done is not None and done.isoformat(timespec="seconds") < changes[-1]["at"]
+
+
 def _interrupted(r: TrialRecord) -> bool:
     return stopped_failure(r.state, r.failure)
 
@@ -152,6 +160,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
             timing_source=source, search_speedup=speedup_of(best.ratio),
             verified_bitwise=bitwise, best_trial=best.number, best_plan=plan.to_json(),
             groups=[list(g) for g in groups], provisional=_provisional(study, best.number, source),
+            verified_before_change=_verified_before_change(study, best.number),
         )
         study_shapes = study.user_attrs.get(StudyAttr.SHAPES)
         if study_shapes:  # the top-level figures above are the weighted ones

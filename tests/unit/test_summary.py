@@ -306,3 +306,20 @@ def test_a_through_compile_figure_is_shown_only_for_the_best_it_timed() -> None:
     study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": 3, "failed": "hang: no answer within 300 s"})
     assert through_compile_line(through_compile_summary(study, 3)).endswith(
         "FAILED, so the exported call is untested (hang: no answer within 300 s)")
+
+
+def test_a_best_verified_before_a_resume_across_a_change_says_so() -> None:
+    # After --allow-changed the table said "bitwise yes" of a best verified on the model as it was.
+    from datetime import datetime, timedelta
+
+    from sktune.tuning.summary import _verified_before_change
+
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(value=0.5))
+    assert not _verified_before_change(study, 0)  # never resumed across a change
+    later = (datetime.now() + timedelta(minutes=5)).isoformat(timespec="seconds")
+    study.set_user_attr("resumed_across", [{"at": later, "changed": ["model_sha256: …"]}])
+    assert _verified_before_change(study, 0)
+    earlier = (datetime.now() - timedelta(minutes=5)).isoformat(timespec="seconds")
+    study.set_user_attr("resumed_across", [{"at": earlier, "changed": ["model_sha256: …"]}])
+    assert not _verified_before_change(study, 0)  # its trial ran after the change
