@@ -17,5 +17,16 @@ def check_output(path: Path, flag: str) -> None:
         raise SktuneError(f"{flag}: {path} is a directory; name a file")
     if not target.parent.is_dir():
         raise SktuneError(f"{flag}: directory {target.parent} does not exist")
-    if not os.access(target if target.exists() else target.parent, os.W_OK):
-        raise SktuneError(f"{flag}: cannot write {path} (permission denied)")
+    where = target if target.exists() else target.parent
+    if not os.access(where, os.W_OK):  # no permission, or a read-only file system: os.access says which
+        raise SktuneError(f"{flag}: cannot write {path} ({_why_not_writable(where)})")
+
+
+def _why_not_writable(path: Path) -> str:
+    """Why ``os.access`` refused: a read-only file system (EROFS) or permissions."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except (OSError, AttributeError):  # no statvfs (Windows): permissions are the likely cause
+        pass
+    return "permission denied"

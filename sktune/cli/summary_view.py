@@ -46,7 +46,8 @@ def starting_points_line(data: dict[str, Any]) -> str | None:
     def caveats(a: dict[str, Any]) -> str:
         # Below 1 against a figure the round never re-timed: the search's own minimum, biased low.
         noisy = a["best_speedup_over"] < 1 and a.get("timing_source") == "search"
-        return (" (not bitwise)" if not a["bitwise"] else "") + (" (its search figure, not re-timed)" if noisy else "")
+        said = (["not bitwise"] if not a["bitwise"] else []) + (["its search figure, not re-timed"] if noisy else [])
+        return f" ({'; '.join(said)})" if said else ""
 
     return f"best vs the starting points{emulated}: " + "; ".join(
         f"{a['anchor']} {a['best_speedup_over']:.2f}×{caveats(a)}" for a in beaten)

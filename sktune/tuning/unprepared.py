@@ -70,13 +70,15 @@ def stop_note(name: str, storage: str) -> str:
     not yet prepared and deleted; or the study handed to a worker that loaded it."""
     saved = f"completed trials are saved in study {name!r}; run the same command again to resume"
     try:
-        attrs = optuna.load_study(study_name=name, storage=make_storage(storage)).user_attrs
+        study = optuna.load_study(study_name=name, storage=make_storage(storage))
+        if not is_prepared(study.user_attrs):
+            return "stopped before the study was prepared; another worker prepares it now (this run saved nothing)"
+        if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            return f"no trial completed yet; study {name!r} is prepared: run the same command again to tune it"
     except KeyError:  # no such study: it was deleted (``dropped_unless_prepared``)
         return "stopped before the study was prepared, so nothing was saved"
     except Exception:  # e.g. the database went down: do not claim the work is lost
         return saved
-    if not is_prepared(attrs):
-        return "stopped before the study was prepared; another worker prepares it now (this run saved nothing)"
     return saved
 
 

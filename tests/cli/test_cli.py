@@ -277,6 +277,9 @@ def test_the_best_is_compared_with_each_starting_point_the_summary_lists() -> No
     lucky = {**point("gap-top-half", 3, 0.95), "timing_source": "search"}  # a search minimum, never re-timed
     assert starting_points_line({"best_trial": 5, "anchors": [lucky]}) == (
         "best vs the starting points: gap-top-half 0.95× (its search figure, not re-timed)")
+    both = {**lucky, "bitwise": False}  # one parenthesis: it read "(not bitwise) (its search figure, …)"
+    assert starting_points_line({"best_trial": 5, "anchors": [both]}) == (
+        "best vs the starting points: gap-top-half 0.95× (not bitwise; its search figure, not re-timed)")
     assert starting_points_line({"best_trial": None, "anchors": anchors}) is None
 
 

@@ -611,3 +611,12 @@ def test_the_verify_only_shapes_are_recorded_when_the_study_is_prepared(space: S
     changed = replace(describe("m2"), verify_shapes=("bs2",))  # the model file changed: resumed anyway
     prepare(study, changed, space_from_workload(changed), Path("m.py"), SETTINGS, allow_changed=True)
     assert study.user_attrs[StudyAttr.VERIFY_SHAPES] == ["bs2"]
+
+
+def test_a_stop_before_any_trial_completed_does_not_say_trials_are_saved(space: SearchSpace, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = new_study(optuna.storages.RDBStorage(url))
+    prepare(study, describe(), space, Path("m.py"), SETTINGS)
+    assert unprepared.stop_note("s", url).startswith("no trial completed yet; study 's' is prepared")
+    study.optimize(lambda t: scripted(t, space), n_trials=1)
+    assert unprepared.stop_note("s", url).startswith("completed trials are saved in study 's'")
