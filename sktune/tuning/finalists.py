@@ -38,9 +38,8 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
     earlier = study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}
     turned_down: list[dict[str, Any]] = list(earlier.get("verify_rejected") or [])
     entries: dict[int, dict[str, Any]] = {}
-    for extra in range(1 + EXTRA_ROUNDS):
-        # An extra round re-times the unfused plan (its verdict's yardstick), not fuse-all again.
-        timed = _confirm_round(study, worker, timeout, top, shapes, n_rounds, with_fuse_all=not extra)
+    for _ in range(1 + EXTRA_ROUNDS):
+        timed = _confirm_round(study, worker, timeout, top, shapes, n_rounds)
         verdict = study.user_attrs.get(StudyAttr.CONFIRM_BEST)
         if timed is None or verdict is None:
             break
@@ -60,7 +59,7 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
 
 
 def _confirm_round(study: optuna.Study, worker: SupervisedWorker, timeout: float, top: int,
-                   shapes: tuple[tuple[str, float], ...], n_rounds: int, with_fuse_all: bool = True) -> set[int] | None:
+                   shapes: tuple[tuple[str, float], ...], n_rounds: int) -> set[int] | None:
     """Re-time the ``top`` best exact plans, fuse-all and the unfused plan in one interleaved round.
 
     The best trial is the minimum of many noisy ratios; the measurement that picked it is
@@ -71,14 +70,12 @@ def _confirm_round(study: optuna.Study, worker: SupervisedWorker, timeout: float
     ``n_rounds`` rounds of 5 pairs per plan (the effort's). Several shapes: one round per
     shape, combined into the weighted timing. A model with verify-only shapes: the plan the
     rule would name is verified bitwise at each first; one that is not is passed over for
-    the next (``named_after_verification``). ``with_fuse_all``: fuse-all timed beside them
-    (the summary's comparison; an extra round keeps the first round's). The trials timed;
-    None when nothing was.
+    the next (``named_after_verification``). The trials timed; None when nothing was.
     """
     finalists = top_records(study, top)
     previous = _previous_best(study, finalists)
     finalists += previous
-    fuse_all = anchor_record(study, FUSE_ALL) if with_fuse_all else None
+    fuse_all = anchor_record(study, FUSE_ALL)
     unfused = anchor_record(study, "unfused")
     unfused = unfused if unfused is not None and unfused.feasible else None
     measured = finalists + [r for r in (fuse_all, unfused) if r is not None]
