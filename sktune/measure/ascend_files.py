@@ -7,6 +7,7 @@ newest is taken), locate ``kernel_details.csv``, ``step_trace_time.csv``,
 from __future__ import annotations
 
 import re
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,8 +89,7 @@ def find_profile_files(path: str | Path) -> ProfileFiles:
     if len(runs) > 1:
         how = "timestamp in its name" if by_name else "modification time"
         note = f"{len(runs)} *_ascend_pt directories in {p}; using the newest by {how}: {newest.name}"
-    return ProfileFiles(found.kernel_details, found.step_trace, found.op_statistic, found.fusion_fail_logs,
-                        found.profile_dir, note)
+    return dataclasses.replace(found, note=note)
 
 
 def _name_timestamp(run_dir: Path) -> int | None:

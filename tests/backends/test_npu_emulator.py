@@ -550,6 +550,9 @@ def test_sktune_profile_labels_the_emulator_s_profiles_emulated(npu: Any, tmp_pa
     data = subprocess.run([sys.executable, "-m", "sktune", "profile", str(run), "--json"], capture_output=True,
                           text=True, timeout=120)
     assert json.loads(data.stdout)["emulated"] is True
+    from sktune.measure.ascend_files import find_profile_files
+
+    assert find_profile_files(tmp_path).emulated  # a folder of runs: the newest is read, and so is its mark
 
 
 def test_level1_keeps_op_summary_columns(npu: Any, tmp_path: Path) -> None:
