@@ -172,9 +172,12 @@ def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[s
               for name, s in (data.get("shapes") or {}).items()]
     verify = data.get("verify_shapes") or {}
     checked = [name for name, o in (verify.get("best") or {}).items() if o["bitwise"]]
-    unchecked = [name for name in verify.get("shapes") or () if name not in checked]  # e.g. a run stopped before
-    served = (f"the shapes --shapes tuned ({', '.join(verify['left_out'])} left out: verified, not timed)"
-              if verify.get("left_out") else "every served shape")
+    # Not verified: a run stopped before its round; a shape --shapes left out whose graph runs other ops.
+    unchecked = [name for name in [*(verify.get("shapes") or ()), *(verify.get("left_out") or ())]
+                 if name not in checked]
+    unchecked = list(dict.fromkeys(unchecked))
+    served = (f"the shapes --shapes tuned (it left out {', '.join(verify['left_out'])})" if verify.get("left_out")
+              else "every served shape")
     through = through_compile_line(data.get("through_compile"))
     return [
         f"# {measured}: speedup {data['speedup']:.3f}x over unfused (95 % interval {lo:.3f}-{hi:.3f}x, {verdict}),",
@@ -183,8 +186,8 @@ def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[s
         *([f"# One plan for {served} (the speedup above is their weighted mean): {', '.join(shapes)};",
            "# at any other input shape the plan is unverified."] if shapes else []),
         *([f"# Also verified bitwise, not timed, at the verify-only shapes {', '.join(checked)}."] if checked else []),
-        *([f"# NOT verified at the verify-only shapes {_listed(unchecked)}: the model declares them; run the study "
-           "again to its finalists' round."] if unchecked else []),
+        *([f"# NOT verified at the served shapes {_listed(unchecked)} (verify-only, or left out by --shapes): "
+           "the model declares them."] if unchecked else []),
         f"# {fused}.",
     ]
 

@@ -99,8 +99,8 @@ def verify_summary(study: optuna.Study, best_trial: int | None) -> dict[str, Any
     """The summary's ``verify_shapes``: the declared verify-only shapes, the best plan's outcome
     at each (None: not verified, e.g. no finalists' round), the finalists rejected there and the
     seconds all verification took. None: the model declares none."""
-    names = study.user_attrs.get(StudyAttr.VERIFY_SHAPES)
-    if not names:
+    names = study.user_attrs.get(StudyAttr.VERIFY_SHAPES) or []
+    if not names and not study.user_attrs.get(StudyAttr.LEFT_OUT_SHAPES):  # none declared, none left out
         return None
     verified = verified_outcomes(study)
     best = verified.get(best_trial) if best_trial is not None else None
@@ -149,11 +149,21 @@ def capture_limit_warning(study: optuna.Study) -> str | None:
 
 
 def verify_shapes_line(verify: dict[str, Any]) -> str:
-    """The CLI's one line on the verify-only shapes (the summary's ``verify_shapes``)."""
+    """The CLI's one line on the verify-only shapes (the summary's ``verify_shapes``), and on
+    the input_shapes() that --shapes left out."""
     names, best = verify["shapes"], verify["best"]
+    left_out = verify.get("left_out") or []
+    other_ops = [n for n in left_out if n not in names]  # start-up found other ops there: never verified
+    apart = (f"{', '.join(other_ops)}: left out by --shapes and NOT verified (its graph runs other ops)"
+             if other_ops else "")
+    if not names:
+        return apart
+    verified_there = [n for n in left_out if n in names]
+    apart = (f"; {', '.join(verified_there)}: input_shapes() left out by --shapes" if verified_there else "") + (
+        f"; {apart}" if apart else "")
     rejected = "".join(f"; passed over: {r['why']}" for r in verify["rejected"])
     if best is None:
-        return f"verify-only shapes {', '.join(names)}: the best plan was not verified there{rejected}"
+        return f"verify-only shapes {', '.join(names)}{apart}: the best plan was not verified there{rejected}"
     failed = [n for n in names if n in best and not best[n].get("bitwise")]
     unchecked = [n for n in names if n not in best]  # verification stops at the first failure
     why = "; ".join(f"{n}: {_first_line(best[n].get('reason')) or mismatch_words(best[n].get('mismatches'))}"
@@ -168,9 +178,7 @@ def verify_shapes_line(verify: dict[str, Any]) -> str:
                    else "not verified at any")
     else:
         verdict = "bitwise at all"
-    left_out = verify.get("left_out") or []
-    why = f"; {', '.join(left_out)}: input_shapes() left out by --shapes" if left_out else ""
-    return (f"verify-only shapes ({len(names)}: {', '.join(names)}; not timed{why}): best plan {verdict}"
+    return (f"verify-only shapes ({len(names)}: {', '.join(names)}; not timed{apart}): best plan {verdict}"
             f"{rejected}; verification took {verify['seconds']:.1f} s")
 
 

@@ -58,8 +58,7 @@ class TrialRunner:
         self.graph, self.inputs, self.args = primary.graph, primary.inputs, primary.args
         self.reference_fn, self.references = primary.reference_fn, primary.references
         # Captured at start-up; each one's references are computed when a plan is first verified there.
-        self.verify_only = VerifyOnly(loaded.verify_names, self.source, loaded.model, self.backend, config, primary,
-                                      loaded.verify_graphs)
+        self.verify_only = VerifyOnly(loaded.verify_names, self.source, loaded.model, self.backend, config, primary)
         self.left_out = loaded.left_out
         clock = time.perf_counter()
         self.backend.observe(lambda: self.reference_fn(*self.args[0]))

@@ -53,8 +53,8 @@ class LoadedModel:
     startup_s: dict[str, float]
     model: torch.nn.Module | None = None  # kept to draw the verify-only shapes' references later
     verify_names: tuple[str, ...] = ()  # verify_shapes(): captured and checked here, references on first use
-    verify_graphs: dict[str, OpGraph] = field(default_factory=dict)
     left_out: tuple[str, ...] = ()  # input_shapes() that --shapes left out: among verify_names, first
+    unverifiable: dict[str, str] = field(default_factory=dict)  # left out, other ops there: not verified (why)
 
 
 @dataclass(frozen=True)
@@ -98,18 +98,26 @@ def load_model(config: RunnerConfig, backend: Backend, opened: OpenedModel) -> L
     for name in names[1:]:
         check_same_ops(graphs[names[0]], graphs[name], names[0], name)
     # A verify-only shape with other ops can verify no fused plan: found now (a capture each,
-    # cached), not after the whole search as "not bitwise" at every finalist.
-    verify_graphs = {name: capture_cached(model, drawn[name][0], capture_dir, source.sha256)[0]
-                     for name in verify_names}
-    for name, graph in verify_graphs.items():
-        check_same_ops(graphs[names[0]], graph, names[0], name, verify_only=True)
+    # cached on disk for its verification; not kept: a graph holds its inputs), not after the
+    # whole search as "not bitwise" at every finalist. A shape --shapes left out may differ: it
+    # was picked apart, so it is named and not verified, never refused.
+    unverifiable: dict[str, str] = {}
+    for name in verify_names:
+        graph = capture_cached(model, drawn.pop(name)[0], capture_dir, source.sha256)[0]
+        try:
+            check_same_ops(graphs[names[0]], graph, names[0], name, verify_only=name not in left_out)
+        except CaptureError as exc:
+            if name not in left_out:
+                raise
+            unverifiable[name] = str(exc)
+    verify_names = tuple(name for name in verify_names if name not in unverifiable)
     startup_s["capture"] = time.perf_counter() - clock
     clock = time.perf_counter()
     shape_sets = {name: shape_set(backend, name, weights.get(name or "", 1.0), graphs[name], drawn[name])
                   for name in names}
     startup_s["reference"] = time.perf_counter() - clock
     return LoadedModel(source, weights, shape_sets, all(reused for _, reused in captured.values()), startup_s,
-                       model, verify_names, verify_graphs, left_out)
+                       model, verify_names, left_out, unverifiable)
 
 
 def checked_inputs(source: ModelSource, model: torch.nn.Module, names: list[str | None],

@@ -1,8 +1,9 @@
 """The verify-only shapes in the worker (``verify_shapes()`` in the model file).
 
 Each is drawn, checked and captured at start-up (a shape with other ops is refused then, not
-found after the search), and given its unfused references the first time a plan is verified
-there, then kept: start-up does not pay for references only the finalists are checked with.
+found after the search; the graph is not kept, it holds its inputs), then captured again
+(from the capture cache) and given its unfused references the first time a plan is verified
+there, and kept: start-up does not pay for references only the finalists are checked with.
 A plan is compiled at such a shape and compared bit for bit on its input sets; nothing is
 timed there. A shape that cannot be verified (its graph has other ops, so the plan cannot
 mean the same; its inputs cannot be drawn; its unfused run is nondeterministic) is answered
@@ -20,7 +21,6 @@ import torch
 from sktune.backends import Backend
 from sktune.errors import SktuneError
 from sktune.graph.capture_cache import capture_cached
-from sktune.graph.opgraph import OpGraph
 from sktune.load import ModelSource, draw_inputs
 from sktune.pipe.protocol import RunnerConfig
 from sktune.pipe.verify_shapes import NOT_VERIFIABLE, VerifyResult
@@ -33,10 +33,8 @@ class VerifyOnly:
     """The verify-only shapes of one loaded model, prepared on first use."""
 
     def __init__(self, names: tuple[str, ...], source: ModelSource, model: torch.nn.Module | None,
-                 backend: Backend, config: RunnerConfig, primary: ShapeSet,
-                 graphs: dict[str, OpGraph] | None = None) -> None:
+                 backend: Backend, config: RunnerConfig, primary: ShapeSet) -> None:
         self.names = names
-        self._graphs = graphs or {}  # captured and checked at start-up (startup.load_model)
         self._source, self._model, self._backend, self._config, self._primary = (source, model, backend, config,
                                                                                   primary)
         # Per shape: its set, or why it cannot be verified, and its inputs' [shape, dtype] when drawn.
@@ -89,7 +87,7 @@ class VerifyOnly:
             check_same_signature(drawn, source.path, name)
             assert self._model is not None, "the loaded model was not kept"
             capture_dir = None if config.capture_cache is None else Path(config.capture_cache)
-            graph = self._graphs.get(name) or capture_cached(self._model, drawn[0], capture_dir, source.sha256)[0]
+            graph, _ = capture_cached(self._model, drawn[0], capture_dir, source.sha256)  # start-up's, on disk
             check_same_ops(self._primary.graph, graph, self._primary.name, name, verify_only=True)
             return shape_set(self._backend, name, 0.0, graph, drawn), inputs
         except SktuneError as exc:  # the model file's mistake at this shape: not verifiable, say why

@@ -184,7 +184,7 @@ def test_fuse_all_never_verified_at_the_verify_only_shapes_is_not_called_bitwise
     assert fuse_all_bitwise(fuse_all) == "yes where tuned (not verified at the verify-only shapes)"
     # A run stopped before its round: the export says where its best was never verified.
     assert out["verify_shapes"]["best"] is None
-    assert "# NOT verified at the verify-only shapes w32, w37: the model declares them" in export_python(study)
+    assert "# NOT verified at the served shapes w32, w37 (verify-only, or left out by --shapes)" in export_python(study)
     assert export_json(study)["provenance"]["verify_only_shapes"] == ["w32", "w37"]
 
 
@@ -303,3 +303,9 @@ def test_input_shapes_left_out_by_shapes_are_verified_there(test_models: Path) -
     line = verify_shapes_line({"shapes": ["narrow"], "left_out": ["narrow"], "rejected": [], "seconds": 0.1,
                                "best": {"narrow": {"bitwise": True, "mismatches": 0, "reason": None}}})
     assert "(1: narrow; not timed; narrow: input_shapes() left out by --shapes): best plan bitwise at all" in line
+    # A shape left out whose graph runs other ops: tuned apart with --shapes, as before; named, not verified.
+    branchy = TrialRunner(RunnerConfig(model_path=str(test_models / "shape_branch.py"), n_batches=2,
+                                       shapes=("bs1",)))
+    assert branchy.describe().left_out_shapes == ("bs4",) and branchy.verify_only.names == ()
+    line = verify_shapes_line({"shapes": [], "left_out": ["bs4"], "rejected": [], "seconds": 0.0, "best": {}})
+    assert "bs4: left out by --shapes and NOT verified (its graph runs other ops)" in line
