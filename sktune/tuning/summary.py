@@ -19,7 +19,7 @@ from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, TrialRecord, anc
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
 from sktune.tuning.through_compile import through_compile_summary
-from sktune.tuning.verified import capture_limit_warning, not_bitwise_at, verify_summary
+from sktune.tuning.verified import capture_limit_warning, not_bitwise_at, not_verified_at, verify_summary
 
 
 def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[PairedTiming, bool, str]:
@@ -185,12 +185,15 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing.baseline_s,
                            "time_s": timing.candidate_s, "ratio": timing.ratio,
                            "ratio_ci": list(timing.ratio_ci), "bitwise": fuse_all.feasible, "timing_source": source}
-        verified = not_bitwise_at(study)
-        if at := verified.get(fuse_all.number):  # exact where tuned, not at a verify-only shape
+        decided, undecided = not_bitwise_at(study), not_verified_at(study)
+        if at := decided.get(fuse_all.number):  # exact where tuned, not at a verify-only shape
             out["fuse_all"].update(bitwise=False, not_bitwise_at=at)
-        elif fuse_all.feasible and fuse_all.number not in verified and study.user_attrs.get(StudyAttr.VERIFY_SHAPES):
-            # Only a plan about to be named is verified there: fuse-all's "yes" holds where tuned only.
-            out["fuse_all"]["not_verified_at"] = list(study.user_attrs[StudyAttr.VERIFY_SHAPES])
+        elif fuse_all.feasible and study.user_attrs.get(StudyAttr.VERIFY_SHAPES):
+            # Only a plan about to be named is verified there (and a worker may give no answer):
+            # fuse-all's "yes" holds where tuned only.
+            never = list(study.user_attrs[StudyAttr.VERIFY_SHAPES]) if fuse_all.number not in decided else []
+            if never or undecided.get(fuse_all.number):
+                out["fuse_all"]["not_verified_at"] = never or undecided[fuse_all.number]
         if out["best_s"] is not None and timing.ratio < 1 and out["baseline_s"]:
             # Share of fuse-everything's gain that the best exact plan keeps (ratios: same-run baselines).
             best_ratio = out["best_s"] / out["baseline_s"]

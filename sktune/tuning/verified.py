@@ -121,9 +121,17 @@ def verified_outcomes(study: optuna.Study) -> dict[int, dict[str, Any]]:
 
 
 def not_bitwise_at(study: optuna.Study) -> dict[int, list[str]]:
-    """Each verified trial's verify-only shapes where its plan was found not bitwise ([] where
-    it was bitwise at all); one read of the study's record, for a summary's every plan."""
-    return {number: [name for name, o in shapes.items() if not o.get("bitwise")]
+    """Each verified trial's verify-only shapes where its plan was found not bitwise, by its own
+    doing (``plan_decided``: [] where there is none); one read of the study's record, for a
+    summary's every plan."""
+    return {number: [name for name, o in shapes.items() if not o.get("bitwise") and plan_decided(o)]
+            for number, shapes in verified_outcomes(study).items()}
+
+
+def not_verified_at(study: optuna.Study) -> dict[int, list[str]]:
+    """Each verified trial's verify-only shapes where its worker gave no answer (a time-out, a
+    crash: not the plan's doing, so not "not bitwise"); [] where there is none."""
+    return {number: [name for name, o in shapes.items() if not o.get("bitwise") and not plan_decided(o)]
             for number, shapes in verified_outcomes(study).items()}
 
 

@@ -113,3 +113,23 @@ def test_a_verification_the_plan_decided_is_reused_and_a_time_out_is_asked_again
     known["w32"] = {"bitwise": False, "mismatches": 3, "reason": None}  # the plan's own: it stands, and stops there
     assert not verify_plan(worker, fused(16), ["w8", "w32", "w37"], 60.0, known=known)["w32"]["bitwise"]  # type: ignore[arg-type]
     assert worker.asked == []
+
+
+def test_fuse_all_whose_worker_timed_out_at_a_verify_only_shape_is_not_called_not_bitwise() -> None:
+    # The summary read a time-out as "no (at verify-only w37)" beside the table's "yes where tuned".
+    from sktune.tuning.summary import summary
+    from sktune.tuning.verified import fuse_all_bitwise
+
+    study = optuna.create_study()
+    study.set_user_attr(StudyAttr.OPS, [{"index": i, "target": "relu", "module": ""} for i in range(N_OPS)])
+    study.set_user_attr(StudyAttr.VERIFY_SHAPES, ["w37"])
+    dist = {"k": optuna.distributions.IntDistribution(0, 9)}
+    for k, (plan, ratio, anchor) in enumerate([(UNFUSED, 1.0, "unfused"), (fused(16), 0.55, "fuse-all")]):
+        timing = PairedTiming(1e-5, ratio * 1e-5, ratio, (ratio - 0.01, ratio + 0.01), 30).to_json()
+        study.add_trial(optuna.trial.create_trial(
+            value=ratio, params={"k": k}, distributions=dist, constraints={"bitwise": 0.0},
+            user_attrs={"plan": plan.to_json(), "timing": timing, "anchor": anchor}))
+    verified(study, {1: {"bitwise": False, "mismatches": 0, "reason": "the worker gave no answer (timed out)"}})
+    fuse_all = summary(study)["fuse_all"]
+    assert fuse_all["bitwise"] is True and fuse_all["not_verified_at"] == ["w37"]
+    assert fuse_all_bitwise(fuse_all) == "yes where tuned (not verified at the verify-only shapes)"
