@@ -25,6 +25,12 @@ def plan_decided(outcome: Mapping[str, Any]) -> bool:
     return bool(outcome.get("mismatches")) or str(outcome.get("reason") or "").startswith(NOT_VERIFIABLE)
 
 
+def verified_since(outcome: Mapping[str, Any], changed_at: str | None) -> bool:
+    """Whether a verify-only outcome (stamped ``at``, ISO seconds, when it was verified) still
+    holds: verified after the study's last change (``changed_at``; None: no change)."""
+    return changed_at is None or str(outcome.get("at") or "") >= changed_at
+
+
 @dataclass(frozen=True)
 class VerifyOnlyShapes:
     """The model's verify-only shapes (``verify_shapes()`` in the model file), in its order."""

@@ -96,3 +96,10 @@ class StudyAttr:
 def is_prepared(attrs: Mapping[str, Any]) -> bool:
     """Whether a study with these user attributes is prepared: its space is written last."""
     return StudyAttr.SPACE in attrs
+
+
+def last_change_at(attrs: Mapping[str, Any]) -> str | None:
+    """When the study was last resumed across a change (``--allow-changed``), as ISO seconds:
+    what was verified before it was verified on the model or machine as it was. None: never."""
+    changes = attrs.get(StudyAttr.RESUMED_ACROSS) or []
+    return changes[-1].get("at") if changes else None

@@ -13,7 +13,8 @@ from sktune.graph.grouping import group_ops
 from sktune.plan import Plan
 from sktune.measure.stats import PairedTiming
 from sktune.pipe.protocol import CONFIRM_ROUNDS, ConfirmRequest, ProfileRequest, WorkerFailure, rounds_timeout
-from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.pipe.verify_shapes import verified_since
+from sktune.tuning.attrs import StudyAttr, TrialAttr, last_change_at
 from sktune.tuning.records import FUSE_ALL, TrialRecord, anchor_record, best_record, records, speedup_of, top_records
 from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
 from sktune.tuning.supervisor import SupervisedWorker
@@ -142,9 +143,11 @@ def named_after_verification(study: optuna.Study, worker: SupervisedWorker, time
     if not names:
         return verdict
     verified: dict[int, dict[str, Any]] = {}
-    # An earlier round's or run's outcomes stand, not compiled again; after a resume across a
-    # change (--allow-changed: the verify-only shapes' inputs may differ now) each is asked again.
-    earlier = {} if study.user_attrs.get(StudyAttr.RESUMED_ACROSS) else verified_outcomes(study)
+    # An earlier round's or run's outcomes stand, not compiled again; those from before a resume
+    # across a change (--allow-changed: the verify-only shapes' inputs may differ now) are asked again.
+    changed_at = last_change_at(study.user_attrs)
+    earlier = {n: {name: o for name, o in shapes.items() if verified_since(o, changed_at)}
+               for n, shapes in verified_outcomes(study).items()}
     rejected: list[dict[str, Any]] = []
     while verdict is not None and verdict["trial"] is not None:
         number = verdict["trial"]

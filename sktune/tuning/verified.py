@@ -11,6 +11,7 @@ verified trial, shape -> bitwise / mismatches / reason (``StudyAttr.VERIFIED``).
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +19,9 @@ import optuna
 
 from sktune.backends import REGISTRY, backend_class
 from sktune.pipe.protocol import WorkerFailure
-from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult, plan_decided
+from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult, plan_decided, verified_since
 from sktune.plan import Plan
-from sktune.tuning.attrs import StudyAttr
+from sktune.tuning.attrs import StudyAttr, last_change_at
 
 if TYPE_CHECKING:  # the summary reads this module without starting any worker
     from sktune.tuning.supervisor import SupervisedWorker
@@ -46,9 +47,9 @@ def verify_plan(worker: SupervisedWorker, plan: Plan, names: Sequence[str], time
                 known: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``plan`` verified at each verify-only shape in order: shape -> outcome as JSON. It stops at
     the first shape where it is not bitwise (the plan is out then; the rest would cost compiles).
-    ``known``: this plan's outcomes from an earlier round or run; those the plan decided (bitwise
-    or not) stand without a compile, which costs minutes on a device; a worker's earlier
-    time-out or crash is asked again."""
+    ``known``: this plan's outcomes from an earlier round or run, since the study's last change;
+    those the plan decided (bitwise or not) stand without a compile, which costs minutes on a
+    device; a worker's earlier time-out or crash is asked again."""
     outcomes: dict[str, Any] = {}
     for name in names:
         earlier = (known or {}).get(name)
@@ -60,6 +61,7 @@ def verify_plan(worker: SupervisedWorker, plan: Plan, names: Sequence[str], time
             if isinstance(result, WorkerFailure):  # a compile error or a hang there: not verified
                 result = VerifyResult(name, 0, f"the worker gave no answer ({result.reason})")
             outcomes[name] = {k: v for k, v in result.to_json().items() if k != "shape"}
+            outcomes[name]["at"] = datetime.now().isoformat(timespec="seconds")  # which change it follows
         if not outcomes[name].get("bitwise"):
             break
     return outcomes
@@ -124,7 +126,9 @@ def not_bitwise_at(study: optuna.Study) -> dict[int, list[str]]:
     """Each verified trial's verify-only shapes where its plan was found not bitwise, by its own
     doing (``plan_decided``: [] where there is none); one read of the study's record, for a
     summary's every plan."""
-    return {number: [name for name, o in shapes.items() if not o.get("bitwise") and plan_decided(o)]
+    changed_at = last_change_at(study.user_attrs)  # found before a resume across a change: it may pass now
+    return {number: [name for name, o in shapes.items()
+                     if not o.get("bitwise") and plan_decided(o) and verified_since(o, changed_at)]
             for number, shapes in verified_outcomes(study).items()}
 
 

@@ -225,9 +225,15 @@ def test_a_round_whose_finalists_were_all_turned_down_gives_the_next_exact_plans
     assert {v["trial"] for v in study.user_attrs[StudyAttr.VERIFIED]} >= {1, 2}
     # What an earlier round verified stands: no compile again (minutes each on a device).
     assert best_record(study).number == 2 and len(worker.verified) == before
-    study.set_user_attr(StudyAttr.RESUMED_ACROSS, [{"changed": ["model_sha256: …"]}])  # its inputs may differ now
+    # Resumed across a change after those verifications: their inputs may differ now, so each
+    # is asked again, and fuse-all's turn-down no longer holds either.
+    from datetime import datetime, timedelta
+
+    later = (datetime.now() + timedelta(minutes=1)).isoformat(timespec="seconds")
+    study.set_user_attr(StudyAttr.RESUMED_ACROSS, [{"at": later, "changed": ["model_sha256: …"]}])
+    assert next(r for r in records(study) if r.number == 1).feasible
     confirm_finalists(study, worker, timeout=60.0, top=1)  # type: ignore[arg-type]
-    assert worker.verified[before:] == [(FALLBACKS, "w32"), (FALLBACKS, "w37")]
+    assert worker.verified[before:][:2] == [(FUSE_ALL, "w32"), (FUSE_ALL, "w37")]
 
 
 def test_npu_warns_past_capture_limit() -> None:
