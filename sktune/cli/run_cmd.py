@@ -101,9 +101,11 @@ def run_command(
             terminated = isinstance(stop, Terminated)
             how = "terminated" if terminated else "interrupted"
             stopped = _stopped_summary(settings.study, settings.storage)
-            if isinstance(stopped, dict) and stopped["best_plan"] is not None and not stopped.get("provisional"):
-                # Stopped after a finalists' round (its profiles, say): its result stands; show it.
+            if (getattr(stop, "after_finalists", False) and isinstance(stopped, dict)
+                    and stopped["best_plan"] is not None and not stopped.get("provisional")):
+                # Stopped after this run's finalists' round (its profiles, say): its result stands.
                 print_summary(stopped)
+                saved = "after its finalists' round: the result above stands (the best's profiles were not taken)"
             err_console.print(f"{how}: {saved}", soft_wrap=True)
             if summary_json is not None:
                 _write_stopped_summary(summary_json, stopped, how)

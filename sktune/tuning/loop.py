@@ -248,10 +248,13 @@ def tune(settings: TuneSettings, callbacks: list[TrialCallback] | None = None,
 def _recorded_if_stopped(study: optuna.Study, started: Workload, phases: "PhaseClock",
                          worker: SupervisedWorker) -> Iterator[None]:
     """A run stopped (Ctrl-C, SIGTERM) still records its worker time: the estimated host time
-    of the study counts every run (it dropped the stopped ones). Best effort: the stop stands."""
+    of the study counts every run (it dropped the stopped ones). Best effort: the stop stands.
+    The stop says whether it came after this run's finalists' round (``after_finalists``)."""
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        # Past the finalists' round the run's result stands (the CLI shows it).
+        stop.after_finalists = bool({"through_compile", "profiles"} & set(phases.seconds))  # type: ignore[attr-defined]
         try:
             record_earlier_runs(study)
             record_run(study, started, phases.seconds, worker.verify_static, stopped=True)

@@ -66,12 +66,22 @@ def test_a_run_stopped_after_its_finalists_round_shows_its_result(tuned: TinyStu
     import sktune.tuning.loop
     from sktune.cli.app import app
 
-    def stopped_while_profiling(*args: object, **kwargs: object) -> None:
-        raise KeyboardInterrupt
+    def stopped(after_finalists: bool):
+        def tune(*args: object, **kwargs: object) -> None:
+            stop = KeyboardInterrupt()
+            stop.after_finalists = after_finalists  # as loop._recorded_if_stopped marks it
+            raise stop
+        return tune
 
-    monkeypatch.setattr(sktune.tuning.loop, "tune", stopped_while_profiling)
-    result = CliRunner().invoke(app, ["run", str(tuned.model), "--study", tuned.name, "--storage", tuned.storage])
-    assert result.exit_code == 130
+    table = f"study {tuned.name} (each row timed against unfused in the same run)"
+    args = ["run", str(tuned.model), "--study", tuned.name, "--storage", tuned.storage]
+    monkeypatch.setattr(sktune.tuning.loop, "tune", stopped(after_finalists=True))
+    result = CliRunner().invoke(app, args)
     out = " ".join(result.output.split())
-    assert f"study {tuned.name} (each row timed against unfused in the same run)" in out
-    assert "interrupted: " in out
+    assert result.exit_code == 130 and table in out
+    assert "interrupted: after its finalists' round: the result above stands" in out
+    # Stopped before this run's round (a resume's search): an earlier run's table is not shown.
+    monkeypatch.setattr(sktune.tuning.loop, "tune", stopped(after_finalists=False))
+    result = CliRunner().invoke(app, args)
+    out = " ".join(result.output.split())
+    assert result.exit_code == 130 and table not in out and "interrupted: completed trials are saved" in out
