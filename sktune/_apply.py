@@ -39,16 +39,23 @@ log = logging.getLogger(__name__)
 DYNAMO_RECOMPILE_LIMIT = 8
 
 
+def recompile_limit_for(shapes: int) -> int | None:
+    """The recompile limit for ``shapes`` served shapes: the default's headroom on top (for
+    other guards: a grad mode, a training flag); None where the default holds them."""
+    return shapes + DYNAMO_RECOMPILE_LIMIT if shapes > DYNAMO_RECOMPILE_LIMIT else None
+
+
 def raise_recompile_limit(shapes: int) -> None:
     """Let Dynamo capture ``shapes`` graphs of one forward (a serving stack's shapes)."""
     import torch._dynamo
 
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # older: no alias
-    if shapes > getattr(config, name):
-        log.info("sktune.apply: Dynamo's recompile limit raised from %d to %d (the plan's verified shapes)",
-                 getattr(config, name), shapes)
-        setattr(config, name, shapes)
+    limit = recompile_limit_for(shapes)
+    if limit is not None and limit > getattr(config, name):
+        log.info("sktune.apply: Dynamo's recompile limit raised from %d to %d (the plan's %d shapes)",
+                 getattr(config, name), limit, shapes)
+        setattr(config, name, limit)
 
 EXPORT_VERSION_KEY = "sktune_export_version"
 
@@ -63,6 +70,12 @@ class TunedPlan:
     # The user inputs' [shape, dtype] at each shape the plan was verified on, by shape name
     # (an export document says; None: unknown, nothing is checked).
     verified_shapes: dict[str, list[list[Any]]] | None = None
+    verify_only: tuple[str, ...] = ()  # the export's verify_only_shapes: served, verified or not
+
+    @property
+    def served_shapes(self) -> int:
+        """How many shapes the plan is served at, as far as the export says."""
+        return len(set(self.verified_shapes or ()) | set(self.verify_only))
 
     @classmethod
     def parse(cls, plan: Plan | dict[str, Any]) -> "TunedPlan":
@@ -71,18 +84,19 @@ class TunedPlan:
             return cls(plan)
         if not isinstance(plan, dict):
             raise PlanError(f"expected a Plan or a plan dict, got {type(plan).__name__}")
-        n_ops, op_types, verified = plan.get("n_ops"), None, None
+        n_ops, op_types, verified, verify_only = plan.get("n_ops"), None, None, ()
         if EXPORT_VERSION_KEY in plan:  # the whole `sktune export --format json` document
             provenance = plan.get("provenance") or {}
             n_ops, op_types = provenance.get("n_ops"), provenance.get("op_types")
             verified = provenance.get("verified_shapes")
+            verify_only = tuple(provenance.get("verify_only_shapes") or ())
             plan = plan.get("plan") or {}
         try:
             parsed = Plan.from_json(plan)
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"not a valid sktune plan: {type(exc).__name__}: {exc}") from exc
         return cls(parsed, None if n_ops is None else int(n_ops), None if op_types is None else tuple(op_types),
-                   verified)
+                   verified, verify_only)
 
     def warn_if_unverified(self, inputs: Sequence[Any]) -> None:
         """Warn when the user's inputs match none of the verified shapes' inputs.
@@ -225,7 +239,7 @@ def apply(model: torch.nn.Module, plan: Plan | dict[str, Any], backend: str = "i
     tuned = TunedPlan.parse(plan)
     if model.training:
         log.warning("sktune.apply: the model is in training mode; sktune tunes it in eval mode (call model.eval())")
-    raise_recompile_limit(len(tuned.verified_shapes or ()))  # or the 9th shape fails (fullgraph=True)
+    raise_recompile_limit(tuned.served_shapes)  # or the 9th shape fails (fullgraph=True)
     applied = AppliedPlan(tuned, get_backend(backend), weakref.ref(model))
     compiled = torch.compile(model, backend=applied, fullgraph=True, dynamic=False)
     _APPLIED[compiled] = applied

@@ -294,10 +294,9 @@ class _Progress:
 def _emulated(attrs: dict[str, Any]) -> str:
     """`` emulated`` after a speedup the emulated Ascend gave (a summary's or a study's
     attributes): never read as an NPU figure, on the bar either."""
-    from sktune.tuning.attrs import StudyAttr
+    from sktune.tuning.attrs import is_emulated
 
-    env = attrs.get(StudyAttr.ENVIRONMENT) or {}
-    return " emulated" if attrs.get("emulated") or env.get("emulated") == "true" else ""
+    return " emulated" if attrs.get("emulated") or is_emulated(attrs) else ""
 
 
 def resuming_line(study: Any, joined: bool = False) -> str | None:

@@ -19,9 +19,10 @@ NOT_VERIFIABLE = "not verifiable"
 
 
 def plan_decided(outcome: Mapping[str, Any]) -> bool:
-    """Whether a failed verify-only outcome (``VerifyResult.to_json``) is the plan's own doing:
-    outputs that differ, or a shape whose graph the plan cannot run. A worker that gave no
-    answer (a crash, a time-out) says nothing of the plan: it may pass another time."""
+    """Whether a failed verify-only outcome (``VerifyResult.to_json``) counts against the plan:
+    outputs that differ, or a shape where it cannot be checked (its graph, found at start-up
+    since, or its inputs or references: no plan passes there). A worker that gave no answer
+    (a crash, a time-out) says nothing of the plan: it may pass another time."""
     return bool(outcome.get("mismatches")) or str(outcome.get("reason") or "").startswith(NOT_VERIFIABLE)
 
 

@@ -252,14 +252,15 @@ def export_python(study: optuna.Study, storage: str | None = None) -> str:
 def _recompile_limit_lines(shapes: int) -> list[str]:
     """Past Dynamo's recompile limit a ``dynamic=False, fullgraph=True`` compile fails at the next
     shape (each shape is a graph of its own): the snippet raises it to the declared shapes."""
-    from sktune._apply import DYNAMO_RECOMPILE_LIMIT
+    from sktune._apply import DYNAMO_RECOMPILE_LIMIT, recompile_limit_for
 
-    if shapes <= DYNAMO_RECOMPILE_LIMIT:
+    limit = recompile_limit_for(shapes)
+    if limit is None:
         return []
     return [f"# {shapes} shapes declared: Dynamo captures a graph per input shape (dynamic=False) and, with",
             f"# fullgraph=True, fails past its recompile limit ({DYNAMO_RECOMPILE_LIMIT} by default): raise it.",
             "import torch._dynamo",
-            f"torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, {shapes})", ""]
+            f"torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, {limit})", ""]
 
 
 def _source_edit_lines(study: optuna.Study, plan: Plan, compile_line: str, apply_line: str,

@@ -146,10 +146,11 @@ def kernels_figure(kernels: pd.DataFrame, emulated: bool = False) -> go.Figure:
 
 # ---------------------------------------------------------------- 4. history, importances, parallel coordinates
 
-def history_figure(hist: pd.DataFrame, named_best: int | None = None) -> go.Figure:
+def history_figure(hist: pd.DataFrame, named_best: int | None = None, by_round: bool = True) -> go.Figure:
     """Each trial's time ratio by status, the best exact ratio so far, and the unfused line.
     Trials without a ratio (failed, skipped) sit in a row above the highest ratio. ``named_best``:
-    the trial the finalists' round named (its search ratio need not be the line's lowest)."""
+    the trial named best (by the finalists' round, or ``by_round`` False: provisionally, by its
+    search figure; its search ratio need not be the line's lowest)."""
     fig = go.Figure()
     ratios = hist["ratio"].dropna()
     top = float(ratios.max()) * 1.05 if len(ratios) else 1.1
@@ -169,7 +170,8 @@ def history_figure(hist: pd.DataFrame, named_best: int | None = None) -> go.Figu
     named = hist[(hist["number"] == named_best) & hist["ratio"].notna()]
     if not named.empty:
         fig.add_trace(go.Scatter(x=named["number"], y=named["ratio"], mode="markers", hoverinfo="text",
-                                 name=f"named best (#{named_best}, after the finalists' round)",
+                                 name=f"named best (#{named_best}, "
+                                      + ("after the finalists' round)" if by_round else "provisional: no round)"),
                                  marker={"symbol": "star", "color": "#ffbf00", "size": 18,
                                          "line": {"color": "#333", "width": 1}},
                                  hovertext=[f"trial #{named_best}: the named best<br>search ratio "

@@ -127,13 +127,13 @@ def _time(study: optuna.Study, figs: _Figures, emulated: bool, fuses_nothing: bo
     return out
 
 
-def _search(study: optuna.Study, figs: _Figures, named_best: int | None) -> str:
+def _search(study: optuna.Study, figs: _Figures, named_best: int | None, by_round: bool) -> str:
     out = '<h2 id="search">4. The search</h2>'
     hist = trials_data.history(study)
     if hist.empty:
         return out + '<p class="note">No finished trial.</p>'
-    out += figs.html(figures.history_figure(hist, named_best))
-    note = trials_data.history_note(hist, named_best)
+    out += figs.html(figures.history_figure(hist, named_best, by_round))
+    note = trials_data.history_note(hist, named_best) if by_round else None
     out += f'<p class="note">{esc(note)}</p>' if note else ""
     imp, note = trials_data.importances(study)
     shown = f" (the top {min(len(imp), 15)} of {len(imp)})" if len(imp) > 15 else ""
@@ -227,7 +227,7 @@ def render(study: optuna.Study) -> str:
     figs = _Figures()
     sections = [summary_section(study, summary), _fusion(study, figs),
                 _time(study, figs, bool(summary.get("emulated")), bool(summary.get("best_fuses_nothing"))),
-                _search(study, figs, summary.get("best_trial")),
+                _search(study, figs, summary.get("best_trial"), not summary.get("provisional")),
                 _trials(study, bool(summary.get("emulated"))), _failures(study)]
     title = f"sktune report: {study.study_name}"
     nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in (

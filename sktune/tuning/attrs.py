@@ -103,3 +103,8 @@ def last_change_at(attrs: Mapping[str, Any]) -> str | None:
     what was verified before it was verified on the model or machine as it was. None: never."""
     changes = attrs.get(StudyAttr.RESUMED_ACROSS) or []
     return changes[-1].get("at") if changes else None
+
+
+def is_emulated(attrs: Mapping[str, Any]) -> bool:
+    """Whether a study's figures come from the emulated Ascend (its environment says so)."""
+    return (attrs.get(StudyAttr.ENVIRONMENT) or {}).get("emulated") == "true"

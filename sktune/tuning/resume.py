@@ -30,6 +30,7 @@ from sktune.tuning.space_setup import starting_points
 from sktune.tuning.storage import check_journal_whole, check_made_by_sktune, make_storage, mask_url, storage_error
 from sktune.tuning.workers import fail_orphaned_trials
 from sktune.tuning.unprepared import dropped_unless_prepared
+from sktune.tuning.verified import record_verify_shapes
 from sktune.pipe.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -213,9 +214,7 @@ def _record_verify_shapes(study: optuna.Study, workload: Workload) -> None:
     """The model's verify-only shapes, known from start-up: a run stopped before its finalists'
     round still names them (the summary, the export, the capture-limit warning); the round
     records them again as its worker declares them (tuning/verified.py)."""
-    if workload.verify_shapes or StudyAttr.VERIFY_SHAPES in study.user_attrs:  # a model that dropped them too
-        if study.user_attrs.get(StudyAttr.VERIFY_SHAPES) != list(workload.verify_shapes):
-            study.set_user_attr(StudyAttr.VERIFY_SHAPES, list(workload.verify_shapes))
+    record_verify_shapes(study, workload.verify_shapes)
     if workload.left_out_shapes and study.user_attrs.get(StudyAttr.LEFT_OUT_SHAPES) != list(workload.left_out_shapes):
         study.set_user_attr(StudyAttr.LEFT_OUT_SHAPES, list(workload.left_out_shapes))
 

@@ -12,7 +12,7 @@ from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
 from sktune.plan import Plan
 from sktune.space.search_space import UNFUSED
-from sktune.tuning.attrs import StudyAttr, TrialAttr
+from sktune.tuning.attrs import StudyAttr, TrialAttr, is_emulated, last_change_at
 from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, TrialRecord, anchor_record, best_record, interrupted,
                                    is_yardstick, plan_of, records, reused, speedup_interval, speedup_of,
                                    stopped_failure)
@@ -56,9 +56,11 @@ def _provisional(study: optuna.Study, best: int, source: str) -> str | None:
 def _verified_before_change(study: optuna.Study, number: int) -> bool:
     """Whether the best's outputs were verified before the last resume across a change
     (--allow-changed): on the model or machine as it was (README, "Resuming")."""
-    changes = study.user_attrs.get(StudyAttr.RESUMED_ACROSS) or []
-    done = study.trials[number].datetime_complete
-    return bool(changes) and done is not None and done.isoformat(timespec="seconds") < changes[-1]["at"]
+    changed_at = last_change_at(study.user_attrs)
+    if changed_at is None:
+        return False
+    done = study.get_trials(deepcopy=False)[number].datetime_complete
+    return done is not None and done.isoformat(timespec="seconds") < changed_at
 
 
 def _interrupted(r: TrialRecord) -> bool:
@@ -104,7 +106,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     overheads = [t.user_attrs[TrialAttr.OVERHEAD_S] for t in study.get_trials(deepcopy=False)
                  if TrialAttr.OVERHEAD_S in t.user_attrs]
     env = study.user_attrs.get(StudyAttr.ENVIRONMENT) or {}
-    emulated = env.get("emulated") == "true"
+    emulated = is_emulated(study.user_attrs)
     out: dict[str, Any] = {
         "study": study.study_name,
         "backend": study.user_attrs.get(StudyAttr.BACKEND),

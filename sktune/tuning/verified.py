@@ -38,9 +38,16 @@ def verify_shape_names(study: optuna.Study, worker: SupervisedWorker, timeout: f
     if isinstance(answer, WorkerFailure):
         log.warning("asking the worker for the verify-only shapes failed: %s", answer.reason)
     names = answer.names if isinstance(answer, VerifyOnlyShapes) else ()
-    if names or StudyAttr.VERIFY_SHAPES in study.user_attrs:  # a model that dropped them: say so too
-        study.set_user_attr(StudyAttr.VERIFY_SHAPES, list(names))
+    record_verify_shapes(study, names)
     return names
+
+
+def record_verify_shapes(study: optuna.Study, names: Sequence[str]) -> None:
+    """``StudyAttr.VERIFY_SHAPES``: at preparation (resume.py) and again as the finalists' worker
+    declares them; a model that dropped them says so too (an empty list)."""
+    known = study.user_attrs.get(StudyAttr.VERIFY_SHAPES)
+    if (names or known is not None) and known != list(names):
+        study.set_user_attr(StudyAttr.VERIFY_SHAPES, list(names))
 
 
 def verify_plan(worker: SupervisedWorker, plan: Plan, names: Sequence[str], timeout: float,

@@ -49,7 +49,9 @@ def test_the_history_marks_the_named_best_and_says_why_it_is_not_the_line_s_lowe
     hist = trials_data.history(study)
     named = best_record(study).number
     [star] = [t for t in history_figure(hist, named).data if t.name.startswith("named best")]
-    assert list(star.x) == [named] and star.name.startswith(f"named best (#{named},")
+    assert list(star.x) == [named] and star.name == f"named best (#{named}, after the finalists' round)"
+    [guess] = [t for t in history_figure(hist, named, by_round=False).data if t.name.startswith("named best")]
+    assert guess.name == f"named best (#{named}, provisional: no round)"  # a stopped run's: its search figure
     lowest = hist["best_so_far"].dropna().iloc[-1]
     elsewhere = hist.assign(ratio=[lowest if n == named else max(r, lowest * 1.01) if pd.notna(r) else r
                                    for n, r in zip(hist["number"], hist["ratio"])])
