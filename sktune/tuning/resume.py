@@ -254,6 +254,10 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
             f"study {name!r} was created for another model or machine; changed: " + "; ".join(changed)
             + (". If build_model draws its weights at random, seed it (torch.manual_seed) or load them"
                if "weights_sha256" in changed_keys else "")
+            # An edit outside the graph (a comment, a helper it never calls): the same ops and weights.
+            + (". The captured graph and weights are the same (code_sha256, weights_sha256 unchanged): the "
+               "edit changed nothing that runs"
+               if changed_keys == ["model_sha256"] and all(k in old for k in DIGEST_KEYS) else "")
             + ". Use a new --study name, or --allow-changed to resume anyway"
         )
     if changed:

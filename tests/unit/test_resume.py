@@ -179,8 +179,14 @@ def test_resumed_with_other_settings_is_refused(space: SearchSpace) -> None:
 def test_a_changed_model_is_refused_unless_allowed(space: SearchSpace) -> None:
     study = new_study()
     prepare(study, describe(), space, Path("m.py"), SETTINGS)
-    with pytest.raises(SktuneError, match="model_sha256.*--allow-changed"):
+    with pytest.raises(SktuneError, match="model_sha256.*--allow-changed") as refused:
         prepare(study, describe("edited"), space, Path("m.py"), SETTINGS)
+    assert "the edit changed nothing that runs" not in str(refused.value)  # no digests recorded: unknown
+    digests = {"code_sha256": "c", "weights_sha256": "w"}
+    recorded = new_study()
+    prepare(recorded, replace(describe(), digests=digests), space, Path("m.py"), SETTINGS)
+    with pytest.raises(SktuneError, match=r"code_sha256, weights_sha256 unchanged\): the edit changed nothing"):
+        prepare(recorded, replace(describe("comment"), digests=digests), space, Path("m.py"), SETTINGS)
     prepare(study, describe("edited"), space, Path("m.py"), SETTINGS, allow_changed=True)
     assert len(study.get_trials(states=(WAITING,))) == 1  # nothing queued twice
     # Kept, once per change, for the export to name (the study's model stays the one it was created on).
