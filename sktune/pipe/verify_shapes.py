@@ -32,6 +32,12 @@ def verified_since(outcome: Mapping[str, Any], changed_at: str | None) -> bool:
     return changed_at is None or str(outcome.get("at") or "") >= changed_at
 
 
+def turns_down(outcome: Mapping[str, Any], changed_at: str | None) -> bool:
+    """Whether a verify-only outcome turns its plan down: the plan's own doing, found since the
+    study's last change (before it, on the model as it was, it may pass now)."""
+    return plan_decided(outcome) and verified_since(outcome, changed_at)
+
+
 @dataclass(frozen=True)
 class VerifyOnlyShapes:
     """The model's verify-only shapes (``verify_shapes()`` in the model file), in its order."""

@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
-from sktune.pipe.verify_shapes import plan_decided, verified_since
+from sktune.pipe.verify_shapes import turns_down
 from sktune.plan import Plan
 from sktune.space.ascend_anchors import FULL_MODEL
 from sktune.space.search_space import FUSE_ALL
@@ -203,7 +203,7 @@ def verify_turned_down(attrs: Mapping[str, Any], trials: Sequence[FrozenTrial]) 
     is the model's own run, named where nothing else is."""
     changed_at = last_change_at(attrs)  # found before a resume across a change: it may pass now
     failed = {v["trial"] for v in attrs.get(StudyAttr.VERIFIED) or []
-              if any(plan_decided(o) and verified_since(o, changed_at) for o in v["shapes"].values())}
+              if any(turns_down(o, changed_at) for o in v["shapes"].values())}
     n_ops = len(attrs.get(StudyAttr.OPS) or [])
     return [plan for t in trials if t.number in failed and (plan := t.user_attrs.get(TrialAttr.PLAN)) is not None
             and _fuses(n_ops, Plan.from_json(plan))]

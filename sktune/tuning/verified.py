@@ -19,7 +19,7 @@ import optuna
 
 from sktune.backends import REGISTRY, backend_class
 from sktune.pipe.protocol import WorkerFailure
-from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult, plan_decided, verified_since
+from sktune.pipe.verify_shapes import VerifyOnlyShapes, VerifyRequest, VerifyResult, plan_decided, turns_down
 from sktune.plan import Plan
 from sktune.tuning.attrs import StudyAttr, last_change_at
 
@@ -134,8 +134,7 @@ def not_bitwise_at(study: optuna.Study) -> dict[int, list[str]]:
     doing (``plan_decided``: [] where there is none); one read of the study's record, for a
     summary's every plan."""
     changed_at = last_change_at(study.user_attrs)  # found before a resume across a change: it may pass now
-    return {number: [name for name, o in shapes.items()
-                     if not o.get("bitwise") and plan_decided(o) and verified_since(o, changed_at)]
+    return {number: [name for name, o in shapes.items() if turns_down(o, changed_at)]
             for number, shapes in verified_outcomes(study).items()}
 
 
