@@ -100,14 +100,17 @@ def run_command(
             saved = stop_note(settings.study, settings.storage)  # saved, deleted, or handed to another worker
             terminated = isinstance(stop, Terminated)
             how = "terminated" if terminated else "interrupted"
-            stopped = _stopped_summary(settings.study, settings.storage)
-            if (getattr(stop, "after_finalists", False) and isinstance(stopped, dict)
+            after_finalists = getattr(stop, "after_finalists", False)
+            # Read only where it is shown or written: a plain stop should stop at once.
+            stopped = (_stopped_summary(settings.study, settings.storage)
+                       if after_finalists or summary_json is not None else None)
+            if (after_finalists and isinstance(stopped, dict)
                     and stopped["best_plan"] is not None and not stopped.get("provisional")):
                 # Stopped after this run's finalists' round (its profiles, say): its result stands.
                 print_summary(stopped)
                 saved = "after its finalists' round: the result above stands (the best's profiles were not taken)"
             err_console.print(f"{how}: {saved}", soft_wrap=True)
-            if summary_json is not None:
+            if summary_json is not None and stopped is not None:
                 _write_stopped_summary(summary_json, stopped, how)
             raise typer.Exit(143 if terminated else 130) from None
         except Exception as exc:

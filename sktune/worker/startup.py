@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,6 @@ class LoadedModel:
     model: torch.nn.Module | None = None  # kept to draw the verify-only shapes' references later
     verify_names: tuple[str, ...] = ()  # verify_shapes(): captured and checked here, references on first use
     left_out: tuple[str, ...] = ()  # input_shapes() that --shapes left out: among verify_names, first
-    unverifiable: dict[str, str] = field(default_factory=dict)  # left out, other ops there: not verified (why)
 
 
 @dataclass(frozen=True)
@@ -101,23 +100,23 @@ def load_model(config: RunnerConfig, backend: Backend, opened: OpenedModel) -> L
     # cached on disk for its verification; not kept: a graph holds its inputs), not after the
     # whole search as "not bitwise" at every finalist. A shape --shapes left out may differ: it
     # was picked apart, so it is named and not verified, never refused.
-    unverifiable: dict[str, str] = {}
+    other_ops: set[str] = set()  # left out, other ops there: named by the summary, not verified
     for name in verify_names:
         graph = capture_cached(model, drawn.pop(name)[0], capture_dir, source.sha256)[0]
         try:
             check_same_ops(graphs[names[0]], graph, names[0], name, verify_only=name not in left_out)
-        except CaptureError as exc:
+        except CaptureError:
             if name not in left_out:
                 raise
-            unverifiable[name] = str(exc)
-    verify_names = tuple(name for name in verify_names if name not in unverifiable)
+            other_ops.add(name)
+    verify_names = tuple(name for name in verify_names if name not in other_ops)
     startup_s["capture"] = time.perf_counter() - clock
     clock = time.perf_counter()
     shape_sets = {name: shape_set(backend, name, weights.get(name or "", 1.0), graphs[name], drawn[name])
                   for name in names}
     startup_s["reference"] = time.perf_counter() - clock
     return LoadedModel(source, weights, shape_sets, all(reused for _, reused in captured.values()), startup_s,
-                       model, verify_names, left_out, unverifiable)
+                       model, verify_names, left_out)
 
 
 def checked_inputs(source: ModelSource, model: torch.nn.Module, names: list[str | None],
