@@ -63,6 +63,10 @@ def _root_cause(exc: BaseException) -> BaseException:
     return root
 
 
+# How Optuna's RDB storage words any failed commit, whatever failed underneath.
+_OPTUNA_COMMIT_GUESS = "An exception is raised during the commit"
+
+
 def storage_error(exc: BaseException, url: str = "") -> str:
     """One line for a storage failure, credentials masked (also what a driver leaks of
     ``url``'s password as a host name): the error and, where Optuna or SQLAlchemy wraps it, the
@@ -71,7 +75,10 @@ def storage_error(exc: BaseException, url: str = "") -> str:
     root = _root_cause(exc)
     text = f"{type(exc).__name__}: {exc}".splitlines()[0].strip()
     cause = str(root).strip().splitlines()[0] if root is not exc and str(root).strip() else ""
-    if cause and cause not in text:
+    if cause and str(exc).startswith(_OPTUNA_COMMIT_GUESS):
+        # Optuna's guess ("invalid data … exceeding max length") misleads: the cause is the error
+        text = f"{type(root).__name__}: {cause} (Optuna's {type(exc).__name__} during a commit)"
+    elif cause and cause not in text:
         text += f" (cause: {type(root).__name__}: {cause})"
     text = mask_url(text)
     if leak := _host_leak(url):
