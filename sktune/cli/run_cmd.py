@@ -235,8 +235,14 @@ class _Progress:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
+            # An error ends the run: its one line follows, with no bar left before it (a log
+            # of piped output read "opening the study… 0/10" above every error).
+            self.progress.live.transient = True
+            self.progress.live.stop()  # not Progress.stop: it adds a blank line to piped output
+            return
+        self.progress.__exit__(exc_type, *exc)
 
     def on_status(self, text: str) -> None:
         """What start-up is doing (the worker's steps; a wait for the study's creator)."""

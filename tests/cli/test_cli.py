@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -101,6 +101,8 @@ def test_user_errors_are_one_message(test_models: Path, tmp_path: Path, model: s
     assert result.returncode == 1, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    # No progress bar left above the error where output is piped ("starting worker (load, …)… 0:…").
+    assert not re.search(r"^(starting worker|opening the study)", result.stderr, re.MULTILINE), result.stderr
     if model in ("syntax_error.py", "."):  # a typo leaves no empty study behind to resume
         assert not (tmp_path / "s.db").exists()
     elif command == "run" and model != "missing.py":  # the worker failed: the study it created is gone
