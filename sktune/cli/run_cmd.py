@@ -310,15 +310,17 @@ def _emulated(attrs: dict[str, Any]) -> str:
 
 def resuming_line(study: Any, joined: bool = False) -> str | None:
     """``resuming study 'S': 12 trials done earlier (9 exact); best exact so far 1.83× (trial 10)``,
-    or None for a study with no finished trial (a new one). ``joined``: the study was being
-    created by another worker when this run opened it; its trials are that worker's, this
-    run's start-up meanwhile, not an earlier run's."""
+    or None for a study with no trial (a new one). ``joined``: the study was being created by
+    another worker when this run opened it; its trials are that worker's, this run's start-up
+    meanwhile, not an earlier run's. A trial RUNNING now is another live worker's (start-up
+    failed those of dead ones): this run joins that worker, it resumes no earlier run."""
     from optuna.trial import TrialState
 
     from sktune.tuning.records import best_record, is_exact, speedup_of
 
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
-    if not done:
+    running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    if not done and not running:
         return None
     exact = sum(1 for t in done if is_exact(t))
     best = best_record(study)
@@ -327,4 +329,8 @@ def resuming_line(study: Any, joined: bool = False) -> str | None:
     if joined:
         return f"joined study {study.study_name!r}, which another worker created: {len(done)} trials done " \
                f"so far ({exact} exact){so_far}"
+    if running:
+        now = ", ".join(f"#{n}" for n in running)
+        return f"joined study {study.study_name!r} while other workers tune it (trial {now} running): " \
+               f"{len(done)} trials done so far ({exact} exact){so_far}"
     return f"resuming study {study.study_name!r}: {len(done)} trials done earlier ({exact} exact){so_far}"

@@ -364,3 +364,7 @@ def test_a_resumed_study_says_so_with_what_was_done() -> None:
     # Opened while another worker was creating it: its trials are not an earlier run's.
     assert resuming_line(study, joined=True).startswith(
         "joined study 's', which another worker created: 2 trials done so far (1 exact)")
+    # A trial running now is a live worker's (start-up fails a dead one's): joined, not resumed.
+    study.ask()
+    assert resuming_line(study).startswith(
+        "joined study 's' while other workers tune it (trial #2 running): 2 trials done so far (1 exact)")
