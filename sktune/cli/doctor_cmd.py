@@ -28,7 +28,7 @@ def doctor_command(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Also write the JSON to this file.")] = None,
     timeout: Annotated[float, typer.Option(min=1.0, max=MAX_TIMEOUT_S,
                                            help="Seconds one check may take (a hang ends at it).")] = 900.0,
-    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Run a tiny model through every guess sktune makes about torch-npu and CANN (markers,
     options, sk_meta, profiles, fail reasons, static-kernel cache, hang trace, versions);

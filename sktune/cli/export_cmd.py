@@ -28,7 +28,7 @@ def export_command(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
     model: Annotated[Path | None, typer.Option(help="--format patch: the model file to patch, where it is not "
                                                    "where the study recorded it (it must be the same file).")] = None,
-    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Export the best bitwise-exact plan of a study (read-only: runs no model code)."""
     with user_errors(debug):

@@ -15,10 +15,10 @@ from sktune.cli._errors import user_errors
 def inspect_command(
     model: Annotated[Path, typer.Argument(help="Python file defining build_model() and example_inputs(seed).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: ops and boundaries.")] = False,
-    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Capture the forward and list its ops, module paths, source lines and legal cuts; a
-    model with ``input_shapes()`` is captured at each shape, which must run the same ops."""
+    model with input_shapes() is captured at each shape, which must run the same ops."""
     with user_errors(debug):
         import torch
 

@@ -20,7 +20,7 @@ def profile_command(
         help="A *_ascend_pt directory, its ASCEND_PROFILER_OUTPUT/, a kernel_details.csv, "
              "or a directory of *_ascend_pt directories (the newest is used).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: steps, by_core, top_kernels, ...")] = False,
-    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Per step: device span, busy time, gap and kernel count; time by core; top kernels;
     SuperKernels mapped to their scopes. Marker kernels are filtered out."""

@@ -23,7 +23,7 @@ def report_command(
     study: Annotated[str, typer.Option(help="Name of the study to report on.")],
     storage: Annotated[str, typer.Option(help="Optuna storage URL that holds the study.")] = DEFAULT_STORAGE,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="HTML file to write (default: reports/STUDY.html).")] = None,
-    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Summary, fusion map, where time goes, search history, trials and failures, in one
     HTML file that opens with no network."""

@@ -46,7 +46,7 @@ def run_command(
              "while compiling, never while timing).")] = True,
     timeout: Annotated[float | None, typer.Option(min=1, help="Stop starting new trials after this many seconds.")] = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: MODEL-BACKEND). Same name + storage resumes.")] = None,
-    storage: Annotated[str, typer.Option(help="Optuna storage URL (default: SQLite file in the working directory).")] = DEFAULT_STORAGE,
+    storage: Annotated[str, typer.Option(show_default=False, help=f"Optuna storage URL (default: {DEFAULT_STORAGE}, a file in the folder sktune runs in).")] = DEFAULT_STORAGE,
     seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Sampler seed.")] = 0,
     threads: Annotated[int, typer.Option(min=1, help="CPU threads for compiled and eager runs (1 is the least noisy).")] = 1,
     input_sets: Annotated[int, typer.Option(min=1, help="Input sets (seeds) every candidate is verified on.")] = DEFAULT_INPUT_SETS,
@@ -58,7 +58,7 @@ def run_command(
     warm_start: Annotated[str | None, typer.Option(help="Earlier studies (comma-separated) whose best exact plans are tried first.")] = None,
     warm_storage: Annotated[str | None, typer.Option(help="Storage URL of the --warm-start studies (default: --storage).")] = None,
     summary_json: Annotated[Path | None, typer.Option(help="Write the machine-readable summary here.")] = None,
-    debug: Annotated[bool, typer.Option(help="Show tracebacks and debug logs.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
 ) -> None:
     """Search fusion scopes and backend options; keep only bitwise-exact candidates."""
     with user_errors(debug):
