@@ -107,6 +107,9 @@ class NpuBackend(Backend):
         self.kernel_sequence: tuple[str, ...] = ()  # their order in one baseline step (op range -> types)
         self.ran_ai_cpu = True  # until the baseline profile says otherwise
         self.profile_root = Path(".sktune/npu-profiles")  # relative to the run's working directory
+        # A study's timing profiles are read once and never again (hundreds of directories in a
+        # study): only the profiles of the baseline and the best (profile_step) stay for the user.
+        self.keep_profiles = not for_trials
         self.meta_root = Path(".sktune/npu-meta")  # one CANN work path per compile
         self.last_meta_dir: Path | None = None  # of the candidate that ran last for the first time
         self.static_cache = static_cache_rule(self.torch_npu_version)
@@ -256,7 +259,7 @@ class NpuBackend(Backend):
         """Profile the baseline once to learn the Ascend op types (for dcci strategies)."""
         from sktune.measure.ascend_summary import kernel_type_sequence
 
-        run = profile_runs(self, [reference] * 3, top=10**6)  # every kernel type, not the heaviest few
+        run = profile_runs(self, [reference] * 3, top=10**6, keep=self.keep_profiles)  # every type, not the top few
         summary = run.summary
         self.kernel_types = tuple(sorted({k["type"] for k in summary["top_kernels"]}))
         self.kernel_sequence = kernel_type_sequence(run.kernels)
@@ -287,20 +290,21 @@ class NpuBackend(Backend):
                         for sk in summary["superkernels"]]
         return {"step_us": median, "busy_us": busy, "gap_us": median - busy, "steps": len(steps),
                 "top_kernels": kernels_per_step(run.kernels), "kernels_per_step": True,
-                "superkernels": superkernels}
+                "superkernels": superkernels, "profile_dir": str(Path(summary["profile_dir"]).resolve())}
 
     def time_batches(self, baseline: Callable[[], object], candidate: Callable[[], object], *,
                      n_batches: int, batch_target_s: float) -> tuple[list[float], list[float], dict[str, Any]]:
         """Device time per step from the profiler: baseline and candidate steps alternate
         in one profiling session; the candidate's SuperKernel rows say what really fused."""
         fns = [baseline, candidate] * n_batches
-        run = profile_runs(self, fns, with_steps=True)
+        run = profile_runs(self, fns, with_steps=True, keep=self.keep_profiles)
         summary, per_step = run.summary, run.step_spans or []
         base = [per_step[i] * 1e-6 for i in range(0, len(per_step), 2)]
         cand = [per_step[i] * 1e-6 for i in range(1, len(per_step), 2)]
         return base, cand, {"superkernels": summary["superkernels"],
                             "fusion_fail_reasons": summary["fusion_fail_reasons"] + self._fail_reasons(),
-                            "profile_dir": summary["profile_dir"], "effective_options": self.last_effective,
+                            **({"profile_dir": summary["profile_dir"]} if self.keep_profiles else {}),
+                            "effective_options": self.last_effective,
                             # what an unchecked dump should have been (the study's one warning)
                             **({} if self.last_effective == "checked" else {"effective_options_forms": RECOGNISED_FORMS})}
 

@@ -6,6 +6,7 @@ go through here."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,9 +35,11 @@ class ProfiledRun:
 
 
 def profile_runs(backend: "NpuBackend", fns: list[Callable[[], object]], with_steps: bool = False,
-                 top: int = 15) -> ProfiledRun:
+                 top: int = 15, keep: bool = True) -> ProfiledRun:
     """Run ``fns`` one per profiler step (after warm-up) and parse the Ascend output: the
-    summary, and with ``with_steps`` each step's span too."""
+    summary, and with ``with_steps`` each step's span too. ``keep=False``: the profile's
+    directory is removed once parsed (its figures are all that is read of it), and the
+    summary names none."""
     import torch_npu
 
     from sktune.measure.ascend_files import find_profile_files
@@ -66,8 +69,11 @@ def profile_runs(backend: "NpuBackend", fns: list[Callable[[], object]], with_st
     files = find_profile_files(out)
     kernels = read_kernel_details(files.kernel_details)
     summary = summarize(files, top=top, kernels=kernels).to_json()
-    summary["profile_dir"] = str(out)
     spans = step_spans(summary, len(fns)) if with_steps else None  # a ProfileError names the fix
+    if keep:
+        summary["profile_dir"] = str(out)
+    else:
+        shutil.rmtree(out, ignore_errors=True)
     return ProfiledRun(summary, kernels, spans)
 
 

@@ -137,6 +137,9 @@ def print_summary(data: dict[str, Any]) -> None:
         console.print(f"profile of the {which} is partial: {prof.get('unrecorded_us') or 0:,.1f} of "
                       f"{prof['step_us']:,.1f} µs per step not recorded ({prof.get('partial_reason')})",
                       highlight=False)
+    if where := (data.get("profile_best") or {}).get("profile_dir"):  # a device profiler's own files
+        console.print(f"the best's device profile: {where} (read it with sktune profile)", highlight=False,
+                      markup=False, soft_wrap=True)
     for line in warm_start_lines(data):
         console.print(line, highlight=False, markup=False)
     if warning := (data.get("noise_floor") or {}).get("warning"):  # a "keep unfused" verdict too

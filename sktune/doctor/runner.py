@@ -135,6 +135,7 @@ def run_doctor(timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[DoctorReport, Path
 
     try:
         backend = NpuBackend(for_trials=True)
+        backend.keep_profiles = True  # the profile checks read the timing profile's files
     except TorchNpuMissing as exc:  # not run's advice (--backend inductor): doctor has nothing to check here
         fix = (SOURCE_CANN if torch_npu_installed() else
                "run it on the Ascend host where you will tune, with pip install 'sktune[npu]'")

@@ -171,8 +171,13 @@ print(json.dumps([bool(torch.equal(pasted, expected)), bool(torch.equal(applied,
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert json.loads(ran.stdout.strip().splitlines()[-1]) == [True, True]
 
+    # Of a study's profiles only the baseline's and the best's stay (a timing session's is read
+    # once: 103 directories after a 7-trial study kept them all); the summary names the best's.
     profiles = sorted((root / ".sktune" / "npu-profiles").iterdir())
-    shown = sktune("profile", str(profiles[-1]), "--json", cwd=root)
+    best_profile = Path(moe_study["summary"]["profile_best"]["profile_dir"])
+    assert len(profiles) == 2 and best_profile in {p.resolve() for p in profiles}, profiles
+    assert f"the best's device profile: {best_profile}" in moe_study["result"].stdout
+    shown = sktune("profile", str(best_profile), "--json", cwd=root)
     assert shown.returncode == 0, shown.stderr[-3000:]
     summary = json.loads(shown.stdout)
     assert summary["steps"] and summary["markers_filtered"] >= 0 and summary["top_kernels"]
