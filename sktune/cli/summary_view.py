@@ -60,7 +60,7 @@ def print_summary(data: dict[str, Any]) -> None:
     from sktune.report.export import interrupted_count
     from sktune.tuning.host_time import host_time_lines
     from sktune.tuning.through_compile import through_compile_line
-    from sktune.tuning.verified import fuse_all_bitwise, verify_shapes_line
+    from sktune.tuning.verified import fuse_all_bitwise, round_rejected_line, verify_shapes_line
     from sktune.tuning.records import speedup_interval, speedup_of
 
     def us(seconds: float | None) -> str:
@@ -113,6 +113,8 @@ def print_summary(data: dict[str, Any]) -> None:
         console.print(f"best exact plan: {verdict}; times {source}")
         if data.get("provisional"):
             console.print(f"[yellow]provisional: {data['provisional']}[/]", highlight=False)
+        if passed_over := round_rejected_line(data):
+            console.print(f"[yellow]{escape(passed_over)}[/]", highlight=False)
         if line := through_compile_line(through := data.get("through_compile")):
             warn = through.get("bitwise") is not True  # failed, or not bitwise: the exported call is not the table's
             console.print(f"[bold red]{escape(line)}[/]" if warn else escape(line), highlight=False)

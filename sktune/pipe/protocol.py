@@ -176,18 +176,22 @@ class ConfirmRequest:
 
 @dataclass(frozen=True)
 class ConfirmResult:
-    """One timing per plan of the request, in its order."""
+    """One timing per plan of the request, in its order, and each plan's output mismatches
+    against the unfused run on every input set of the shape: a plan is named best as the
+    round compiled it, not only as its trial did (a resume across a change of the model)."""
 
     timings: tuple[PairedTiming, ...]
+    mismatches: tuple[int, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"timings": [t.to_json() for t in self.timings]}
+        return {"timings": [t.to_json() for t in self.timings], "mismatches": list(self.mismatches)}
 
     @classmethod
     def from_json(cls, data: Any) -> "ConfirmResult":
-        if not isinstance(data, dict) or not isinstance(data.get("timings"), list):
+        if (not isinstance(data, dict) or not isinstance(data.get("timings"), list)
+                or not isinstance(data.get("mismatches"), list) or len(data["mismatches"]) != len(data["timings"])):
             raise MalformedResult("malformed re-measurement from the worker")
-        return cls(tuple(PairedTiming.from_json(t) for t in data["timings"]))
+        return cls(tuple(PairedTiming.from_json(t) for t in data["timings"]), tuple(int(m) for m in data["mismatches"]))
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,13 @@ def _through_compile(summary: dict[str, Any]) -> str:
 
 
 def _verify_shapes(summary: dict[str, Any]) -> str:
-    """The verify-only shapes (``verify_shapes()``): checked bitwise, never timed; the capture-limit warning."""
-    from sktune.tuning.verified import verify_shapes_line
+    """The verify-only shapes (``verify_shapes()``): checked bitwise, never timed; finalists the
+    round found not bitwise where tuned; the capture-limit warning."""
+    from sktune.tuning.verified import round_rejected_line, verify_shapes_line
 
     lines = [verify_shapes_line(summary["verify_shapes"])] if summary.get("verify_shapes") else []
+    if passed_over := round_rejected_line(summary):
+        lines.append(passed_over)
     if summary.get("capture_limit_warning"):
         lines.append(summary["capture_limit_warning"])
     return "".join(f"<p>{esc(line)}</p>" for line in lines)

@@ -5,6 +5,7 @@ baseline and the best plan profiled (busy time and gap explain the speedup)."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 import optuna
@@ -12,7 +13,8 @@ import optuna
 from sktune.graph.grouping import group_ops
 from sktune.plan import Plan
 from sktune.measure.stats import PairedTiming
-from sktune.pipe.protocol import CONFIRM_ROUNDS, ConfirmRequest, ProfileRequest, WorkerFailure, rounds_timeout
+from sktune.pipe.protocol import (CONFIRM_ROUNDS, ConfirmRequest, ConfirmResult, ProfileRequest, WorkerFailure,
+                                  rounds_timeout)
 from sktune.pipe.verify_shapes import verified_since
 from sktune.tuning.attrs import StudyAttr, TrialAttr, last_change_at
 from sktune.tuning.records import FUSE_ALL, TrialRecord, anchor_record, best_record, records, speedup_of, top_records
@@ -88,7 +90,7 @@ def _confirm_round(study: optuna.Study, worker: SupervisedWorker, timeout: float
     if not plans:
         return None
     rounds_at: list[str | None] = [name for name, _ in shapes] or [None]
-    rounds: dict[str | None, tuple[PairedTiming, ...]] = {}
+    rounds: dict[str | None, ConfirmResult] = {}
     for name in rounds_at:
         request = ConfirmRequest(tuple(Plan.from_json(p) for p in plans), name, n_rounds)
         result = worker.confirm(request, rounds_timeout(timeout * len(plans), n_rounds))
@@ -96,18 +98,22 @@ def _confirm_round(study: optuna.Study, worker: SupervisedWorker, timeout: float
             log.warning("re-measuring the finalists failed: %s", result.reason)
             study.set_user_attr(StudyAttr.FINALISTS_FAILED, result.reason)  # the summary says why it is provisional
             return None
-        rounds[name] = result.timings
+        rounds[name] = result
     if study.user_attrs.get(StudyAttr.FINALISTS_FAILED):
         study.set_user_attr(StudyAttr.FINALISTS_FAILED, None)
-    entry = {r.number: _remeasured(study, r.number, plans.index(r.plan), rounds, shapes)  # type: ignore[arg-type]
+    at = datetime.now().isoformat(timespec="seconds")  # verified as compiled now: after any change before it
+    entry = {r.number: {**_remeasured(study, r.number, plans.index(r.plan), rounds, shapes), "at": at}  # type: ignore[arg-type]
              for r in measured}
     # The previous best is marked: it came in beside the top by search value, which
     # best_record checks against the round (records.best_record).
     remeasured = [{**entry[r.number], **({"previous_best": True} if r in previous else {})} for r in finalists]
     n_ops = len(study.user_attrs.get(StudyAttr.OPS) or [])
-    fused = [(r, entry[r.number]) for r in finalists if group_ops(n_ops, Plan.from_json(r.plan).scopes)]
-    verdict = named_after_verification(study, worker, timeout, names, [e for _, e in fused],
+    fused = [entry[r.number] for r in finalists if group_ops(n_ops, Plan.from_json(r.plan).scopes)]
+    # Not bitwise as the round compiled it (its trial was, on the model before a change): never named.
+    differ = [e for e in fused if e["round_mismatches"]]
+    verdict = named_after_verification(study, worker, timeout, names, [e for e in fused if e not in differ],
                                        entry[unfused.number] if unfused else None)
+    verdict = _passed_over_in_round(verdict, differ)
     # Recorded once the round is whole: a run stopped while verifying leaves no half round
     # that the summary would take for a finished one (summary._provisional).
     study.set_user_attr(StudyAttr.FINALISTS, remeasured)
@@ -116,8 +122,27 @@ def _confirm_round(study: optuna.Study, worker: SupervisedWorker, timeout: float
     if verdict is not None:
         study.set_user_attr(StudyAttr.CONFIRM_BEST, verdict)
     if fuse_all is not None:
-        study.set_user_attr(StudyAttr.CONFIRM_FUSE_ALL, {**entry[fuse_all.number], "bitwise": fuse_all.feasible})
+        study.set_user_attr(StudyAttr.CONFIRM_FUSE_ALL, {**entry[fuse_all.number], "bitwise": (
+            fuse_all.feasible and not entry[fuse_all.number]["round_mismatches"])})
     return {r.number for r in finalists}
+
+
+def _passed_over_in_round(verdict: dict[str, Any] | None, differ: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``verdict``, saying which fused finalists the round found not bitwise as it compiled them
+    (``round_rejected``); where none is left to name, "keep unfused" says why."""
+    if not differ:
+        return verdict
+    rejected = [{"trial": e["trial"], "mismatches": e["round_mismatches"],
+                 "why": f"trial #{e['trial']} is not bitwise as the finalists' round compiled it "
+                        f"({e['round_mismatches']} output mismatch(es) where tuned; its trial was bitwise)"}
+                for e in differ]
+    why = "; ".join(r["why"] for r in rejected)
+    if verdict is None:
+        return {"trial": None, "bitwise": True, "keep_unfused_reason": why, "rejected_best": None,
+                "round_rejected": rejected}
+    if verdict.get("keep_unfused_reason"):
+        verdict = {**verdict, "keep_unfused_reason": f"{why}; of the other finalists: {verdict['keep_unfused_reason']}"}
+    return {**verdict, "round_rejected": rejected}
 
 
 def _previous_best(study: optuna.Study, finalists: list[TrialRecord]) -> list[TrialRecord]:
@@ -206,18 +231,21 @@ def _timing(entry: dict[str, Any]) -> PairedTiming:
     return PairedTiming.from_json(entry["timing"])
 
 
-def _remeasured(study: optuna.Study, number: int, k: int, rounds: dict[str | None, tuple[PairedTiming, ...]],
+def _remeasured(study: optuna.Study, number: int, k: int, rounds: dict[str | None, ConfirmResult],
                 shapes: tuple[tuple[str, float], ...]) -> dict[str, Any]:
-    """Plan ``k``'s re-measurement; several shapes: per shape, and their weighted timing.
-    Exactness is not re-checked: each shape's mismatch count is the trial's own."""
+    """Plan ``k``'s re-measurement, and its output mismatches as the round compiled it
+    (``round_mismatches``, every shape); several shapes: per shape, and their weighted timing
+    (each shape's ``mismatches`` is the trial's own)."""
+    differ = sum(result.mismatches[k] for result in rounds.values())
     if None in rounds:
-        return {"trial": number, "timing": rounds[None][k].to_json()}
+        return {"trial": number, "timing": rounds[None].timings[k].to_json(), "round_mismatches": differ}
     searched = outcomes_of(study.trials[number].user_attrs.get(TrialAttr.SHAPES))
-    outcomes = {name: ShapeOutcome(w, rounds[name][k], searched[name].mismatches if name in searched else 0)
+    outcomes = {name: ShapeOutcome(w, rounds[name].timings[k], searched[name].mismatches if name in searched else 0)
                 for name, w in shapes}
-    per_shape = {name: {"weight": o.weight, "timing": o.timing.to_json(), "mismatches": o.mismatches}
-                 for name, o in outcomes.items()}
-    return {"trial": number, "timing": weighted_timing(outcomes).to_json(), "shapes": per_shape}
+    per_shape = {name: {"weight": o.weight, "timing": o.timing.to_json(), "mismatches": o.mismatches,
+                        "round_mismatches": rounds[name].mismatches[k]} for name, o in outcomes.items()}
+    return {"trial": number, "timing": weighted_timing(outcomes).to_json(), "shapes": per_shape,
+            "round_mismatches": differ}
 
 
 def profile_baseline_and_best(study: optuna.Study, worker: SupervisedWorker, timeout: float) -> None:

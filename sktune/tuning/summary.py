@@ -54,10 +54,14 @@ def _provisional(study: optuna.Study, best: int, source: str) -> str | None:
 
 
 def _verified_before_change(study: optuna.Study, number: int) -> bool:
-    """Whether the best's outputs were verified before the last resume across a change
-    (--allow-changed): on the model or machine as it was (README, "Resuming")."""
+    """Whether the best's outputs were verified only before the last resume across a change
+    (--allow-changed): on the model or machine as it was (README, "Resuming"). A finalists'
+    round since verified it as it compiled it (``round_mismatches``, stamped ``at``)."""
     changed_at = last_change_at(study.user_attrs)
     if changed_at is None:
+        return False
+    if any(e.get("trial") == number and e.get("round_mismatches") == 0 and str(e.get("at") or "") >= changed_at
+           for e in study.user_attrs.get(StudyAttr.FINALISTS) or []):
         return False
     done = study.get_trials(deepcopy=False)[number].datetime_complete
     return done is not None and done.isoformat(timespec="seconds") < changed_at
@@ -180,6 +184,8 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     elif (study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}).get("keep_unfused_reason"):
         # "Keep unfused" but the unfused trial failed: no plan is named, the reason still is.
         out["keep_unfused_reason"] = study.user_attrs[StudyAttr.CONFIRM_BEST]["keep_unfused_reason"]
+    # Finalists not bitwise as the round compiled them (after a change of the model): never named.
+    out["round_rejected"] = (study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}).get("round_rejected") or []
     if study.user_attrs.get(StudyAttr.SHAPES) and "shapes" not in out:
         out["shapes"] = {}  # tuned for several shapes, but no plan is exact at all of them
     if fuse_all is not None and fuse_all.ratio is not None:

@@ -166,6 +166,13 @@ def capture_limit_warning(study: optuna.Study) -> str | None:
             "(the exported snippet raises both)")
 
 
+def round_rejected_line(data: dict[str, Any]) -> str | None:
+    """The finalists a round found not bitwise as it compiled them, where tuned (a summary's
+    ``round_rejected``: their trials were bitwise, on the model before a change), or None."""
+    rejected = data.get("round_rejected") or []
+    return "passed over in the finalists' round: " + "; ".join(r["why"] for r in rejected) if rejected else None
+
+
 def verify_shapes_line(verify: dict[str, Any]) -> str:
     """The CLI's one line on the verify-only shapes (the summary's ``verify_shapes``), and on
     the input_shapes() that --shapes left out."""

@@ -247,6 +247,11 @@ def test_confirm_times_every_plan_in_rounds_whose_order_rotates(runner: "TrialRu
     plans = (Plan(), runner.backend.fuse_all_plan(shape.graph), Plan())
     result = runner.confirm(ConfirmRequest(plans, rounds=3, n_batches=2))
     assert [t.n_batches for t in result.timings] == [6, 6, 6]
+    # Each plan verified as the round compiled it, against the unfused run: outputs that differ.
+    fuse_all, fuse_all_differs = _fuse_all_and_its_direct_mismatches(runner)
+    unfused = Plan.make([Scope(0, len(shape.graph.ops) - 1, None)])  # a scope with no name fuses nothing
+    checked = runner.confirm(ConfirmRequest((unfused, fuse_all), rounds=1, n_batches=1))
+    assert checked.mismatches[0] == 0 and (checked.mismatches[1] > 0) == (fuse_all_differs > 0)
     firsts: list[str] = []
     pairs = [(lambda: None, lambda k=k: k) for k in "abc"]
     real = runner.backend.time_batches

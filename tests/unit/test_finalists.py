@@ -5,6 +5,7 @@ summary, the CLI, the report and the export say so with the reason (no compile).
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import optuna
@@ -61,21 +62,22 @@ def make_study(shapes: bool = False, unfused_fails: bool = False) -> optuna.Stud
 class FakeWorker:
     """Answers the finalists' round with stored timings, by plan (and shape)."""
 
-    def __init__(self, by_plan: list[tuple[dict, dict]]) -> None:
-        self.by_plan, self.rounds, self.timeouts = by_plan, [], []
+    def __init__(self, by_plan: list[tuple[dict, dict]], differ: tuple[dict, ...] = ()) -> None:
+        self.by_plan, self.rounds, self.timeouts, self.differ = by_plan, [], [], differ
 
     def confirm(self, request: ConfirmRequest, timeout: float) -> ConfirmResult:
         self.rounds.append(request.to_json())
         self.timeouts.append(timeout)
         plans = [plan.to_json() for plan in request.plans]
         return ConfirmResult(tuple(PairedTiming.from_json(next(t for p, t in self.by_plan if p == plan))
-                                   for plan in plans))
+                                   for plan in plans), tuple(2 if plan in self.differ else 0 for plan in plans))
 
 
-def run_round(study: optuna.Study, cut_ci: tuple[float, float], shapes: bool = False) -> FakeWorker:
+def run_round(study: optuna.Study, cut_ci: tuple[float, float], shapes: bool = False,
+              differ: tuple[dict, ...] = ()) -> FakeWorker:
     cut_ratio = sum(cut_ci) / 2
     worker = FakeWorker([(UNFUSED, timing(1.0, 0.97, 1.03)), (FUSE_ALL, timing(1.05, 1.0, 1.1)),
-                         (CUT, timing(cut_ratio, *cut_ci))])
+                         (CUT, timing(cut_ratio, *cut_ci))], differ)
     confirm_finalists(study, worker, timeout=10.0, top=3,  # type: ignore[arg-type]
                       shapes=tuple(SHAPES.items()) if shapes else ())
     return worker
@@ -118,6 +120,31 @@ def test_a_fused_best_wholly_below_1_is_named(shapes: bool) -> None:
     assert out["significant"] is True and out["keep_unfused_reason"] is None
     assert out["speedup_ci"] == pytest.approx([1 / 0.90, 1 / 0.80])
     assert export_json(study)["provenance"]["keep_unfused"] is False
+
+
+@pytest.mark.parametrize("shapes", [False, True])
+def test_a_finalist_not_bitwise_as_the_round_compiled_it_is_never_named(shapes: bool,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """Its trial was bitwise (on the model before a resume across a change, say); the round
+    compiles every finalist anyway and checks its outputs on every input set."""
+    study = make_study(shapes)
+    study.set_user_attr("resumed_across", [{"at": "2000-01-01T00:00:00", "changed": ["model_sha256"]}])
+    run_round(study, (0.80, 0.90), shapes, differ=(CUT,))
+    out = summary(study)
+    assert out["best_trial"] == 0 and out["best_fuses_nothing"] is True  # not the 1.18x cut plan
+    assert out["keep_unfused_reason"].startswith("trial #2 is not bitwise as the finalists' round compiled it")
+    assert [r["trial"] for r in out["round_rejected"]] == [2]
+    print_summary(out)
+    assert "passed over in the finalists' round: trial #2" in " ".join(capsys.readouterr().out.split())
+    assert "passed over in the finalists' round: trial #2" in html.unescape(render(study))
+    # Bitwise as the round compiled it, after the change: no longer "verified before the change".
+    fresh = make_study(shapes)
+    fresh.set_user_attr("resumed_across", [{"at": "2000-01-01T00:00:00", "changed": ["model_sha256"]}])
+    run_round(fresh, (0.80, 0.90), shapes)
+    named = summary(fresh)
+    assert named["best_trial"] == 2 and named["verified_before_change"] is False and named["round_rejected"] == []
+    fresh.set_user_attr("resumed_across", [{"at": "2999-01-01T00:00:00", "changed": ["model_sha256"]}])
+    assert summary(fresh)["verified_before_change"] is True  # a change after that round: verified before it
 
 
 def test_the_rule_picks_the_fastest_plan_wholly_below_1() -> None:

@@ -28,7 +28,7 @@ def test_trial_request_and_result_round_trip_through_json() -> None:
 def test_side_commands_round_trip_and_keep_their_stored_keys() -> None:
     plan = Plan.make([Scope(0, 3, "sk0")])
     for record in (ConfirmRequest((plan, Plan.make([])), "wide"), BisectRequest(plan, 8), ProfileRequest(None),
-                   ProfileRequest(plan), ConfirmResult((PairedTiming(2e-3, 1e-3, 0.5, (0.4, 0.6), 10),)),
+                   ProfileRequest(plan), ConfirmResult((PairedTiming(2e-3, 1e-3, 0.5, (0.4, 0.6), 10),), (0,)),
                    ProfileResult({"step_us": 10.0, "busy_us": 8.0, "gap_us": 2.0, "steps": 5})):
         assert type(record).from_json(json.loads(json.dumps(record.to_json()))) == record
     # A bisection is stored as the trial's smallest_failing_range: the keys studies have always had.
