@@ -59,7 +59,7 @@ def print_summary(data: dict[str, Any]) -> None:
 
     from sktune.report.export import interrupted_count
     from sktune.tuning.host_time import host_time_lines
-    from sktune.tuning.through_compile import through_compile_line
+    from sktune.tuning.through_compile import through_compile_line, through_compile_warns
     from sktune.tuning.verified import fuse_all_bitwise, round_rejected_line, verify_shapes_line
     from sktune.tuning.records import speedup_interval, speedup_of
 
@@ -116,7 +116,8 @@ def print_summary(data: dict[str, Any]) -> None:
         if passed_over := round_rejected_line(data):
             console.print(f"[yellow]{escape(passed_over)}[/]", highlight=False)
         if line := through_compile_line(through := data.get("through_compile")):
-            warn = through.get("bitwise") is not True  # failed, or not bitwise: the exported call is not the table's
+            # Failed, not bitwise or slower than eager: the exported call is not the table's.
+            warn = through_compile_warns(through)
             console.print(f"[bold red]{escape(line)}[/]" if warn else escape(line), highlight=False)
     console.print(
         f"trials: {data['n_trials']} ({data['n_complete']} complete ({data['n_infeasible']} of them not bitwise), "

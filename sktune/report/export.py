@@ -19,7 +19,7 @@ from sktune.plan import Plan
 from sktune.tuning.settings import DEFAULT_STORAGE
 from sktune.tuning.attrs import StudyAttr, is_prepared
 from sktune.tuning.storage import mask_url
-from sktune.tuning.through_compile import through_compile_line
+from sktune.tuning.through_compile import through_compile_line, through_compile_warns
 
 EXPORT_VERSION = 1
 
@@ -198,9 +198,10 @@ def _listed(names: list[str], most: int = 8) -> str:
 
 def _through_comment(line: str, entry: dict[str, Any]) -> str:
     """The timing through sktune.apply as a comment: measured, or a WARNING where the call this
-    export makes failed or was not bitwise (the table's verdict is the captured graph's)."""
+    export makes failed, was not bitwise or was slower than eager (the table's verdict is the
+    captured graph's)."""
     line = line.replace("×", "x")  # the export's figures are ASCII
-    return f"# Measured {line}." if entry.get("bitwise") else f"# WARNING: {line}."
+    return f"# WARNING: {line}." if through_compile_warns(entry) else f"# Measured {line}."
 
 
 def _literal(name: str, value: Any) -> str:

@@ -56,11 +56,11 @@ def _noise(summary: dict[str, Any]) -> str:
 
 def _through_compile(summary: dict[str, Any]) -> str:
     """The best as the export runs it (sktune.apply): its speedup, and what the call adds to each step."""
-    from sktune.tuning.through_compile import through_compile_line
+    from sktune.tuning.through_compile import through_compile_line, through_compile_warns
 
     line = through_compile_line(summary.get("through_compile"))
-    bitwise = (summary.get("through_compile") or {}).get("bitwise") is True
-    return f'<p class="{"note" if bitwise else "bad"}">{esc(line[0].upper() + line[1:])}.</p>' if line else ""
+    warns = through_compile_warns(summary.get("through_compile"))
+    return f'<p class="{"bad" if warns else "note"}">{esc(line[0].upper() + line[1:])}.</p>' if line else ""
 
 
 def _verify_shapes(summary: dict[str, Any]) -> str:

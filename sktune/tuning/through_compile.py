@@ -87,5 +87,17 @@ def through_compile_line(entry: dict[str, Any] | None) -> str | None:
              f"; its outputs are NOT bitwise those of the unfused model ({entry['mismatches']} elements differ)")
     cost, (cost_lo, cost_hi) = entry["call_cost_s"] * 1e6, (v * 1e6 for v in entry["call_cost_ci"])
     unsure = " (not significant: the interval includes 1)" if lo <= 1.0 <= hi else ""
+    slower = ("; so the exported call is SLOWER than the eager model here: the call's cost outweighs the plan's "
+              "gain" if hi < 1.0 else "")
     return (f"{head}{at}: {entry['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]{unsure} over the eager model; the call adds "
-            f"{cost:.1f} µs [{cost_lo:.1f}, {cost_hi:.1f}] to the plan called directly, as the table times it{exact}")
+            f"{cost:.1f} µs [{cost_lo:.1f}, {cost_hi:.1f}] to the plan called directly, as the table times "
+            f"it{slower}{exact}")
+
+
+def through_compile_warns(entry: dict[str, Any] | None) -> bool:
+    """Whether the best as the export runs it is a warning, not a figure: the call failed, its
+    outputs are not bitwise, or it is measurably slower than the eager model (the table's
+    verdict is the plan called directly)."""
+    if not entry:
+        return False
+    return bool(entry.get("failed")) or entry.get("bitwise") is not True or entry["speedup_ci"][1] < 1.0

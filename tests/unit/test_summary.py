@@ -303,6 +303,13 @@ def test_a_through_compile_figure_is_shown_only_for_the_best_it_timed() -> None:
     assert "NOT bitwise those of the unfused model (2 elements differ)" in line and "not significant" not in line
     unsure = {**entry, "speedup": 1.1, "speedup_ci": [0.96, 1.17]}  # seen on a walk, unmarked
     assert "1.10× [0.96, 1.17] (not significant: the interval includes 1) over the eager" in through_compile_line(unsure)
+    # Measurably slower than eager as exported (a walk: 0.70× beside a table of 1.29×): said, and a warning.
+    from sktune.tuning.through_compile import through_compile_warns
+
+    slower = {**entry, "bitwise": True, "mismatches": 0, "speedup": 0.7, "speedup_ci": [0.68, 0.73]}
+    assert "SLOWER than the eager model here" in through_compile_line(slower) and through_compile_warns(slower)
+    assert "SLOWER" not in through_compile_line(unsure) and not through_compile_warns({**unsure, "bitwise": True})
+    assert through_compile_warns(entry)  # not bitwise
     study.set_user_attr(StudyAttr.THROUGH_COMPILE, {"trial": 3, "failed": "hang: no answer within 300 s"})
     assert through_compile_line(through_compile_summary(study, 3)).endswith(
         "FAILED, so the exported call is untested (hang: no answer within 300 s)")
