@@ -35,7 +35,7 @@ def export_command(
         import optuna
 
         from sktune.errors import SktuneError
-        from sktune.report.export import export_json, export_patch, export_python
+        from sktune.report.export import export_json, export_patch, export_python, patch_folder
         from sktune.tuning.attrs import StudyAttr
         from sktune.tuning.storage import load_existing_study
 
@@ -51,6 +51,9 @@ def export_command(
             text = export_python(loaded, storage)
         else:
             text = export_patch(loaded, model)
+            if (folder := patch_folder(model or loaded.user_attrs.get(StudyAttr.MODEL) or "")) is not None:
+                err_console.print(f"note: the model file is not under this folder: apply the patch from its own, "
+                                  f"patch -p1 -d {folder} < {output or 'the patch'}", highlight=False, markup=False)
             tuned_with = loaded.user_attrs.get(StudyAttr.BACKEND)
             honoured = marker_compiles(tuned_with)
             if honoured:

@@ -272,6 +272,7 @@ def _source_edit_lines(study: optuna.Study, plan: Plan, compile_line: str, apply
         return ["# The plan has no scopes: no source edit, only the tuned options.", compile_line]
     try:
         export_patch(study)
+        folder = patch_folder(study.user_attrs.get(StudyAttr.MODEL) or "")
     except ExportError as exc:
         return [
             f"# The scopes cannot be written into your source: {exc}".replace("\n", " "),
@@ -284,7 +285,7 @@ def _source_edit_lines(study: optuna.Study, plan: Plan, compile_line: str, apply
     return [
         "# 1. Put the scope markers into your source:",
         f"#      sktune export --study {study.study_name}{_storage_option(storage)} --format patch -o sktune.patch "
-        "&& patch -p1 < sktune.patch",
+        f"&& patch -p1{'' if folder is None else f' -d {folder}'} < sktune.patch",
         f"#    (or skip the edit: {apply_line} inserts them into the graph)",
         "# 2. Compile with the tuned options:",
         compile_line,
@@ -328,4 +329,14 @@ def export_patch(study: optuna.Study, model_file: str | Path | None = None, root
     resolved = path.resolve()
     display = resolved.relative_to(base).as_posix() if resolved.is_relative_to(base) else resolved.name
     tuned_path = Path(attrs.get(StudyAttr.MODEL) or path)  # the ops' source lines name the file as it was tuned
-    return scope_patch(raw.decode("utf-8"), tuned_path, attrs.get(StudyAttr.OPS, []), plan.scopes, display)
+    diff = scope_patch(raw.decode("utf-8"), tuned_path, attrs.get(StudyAttr.OPS, []), plan.scopes, display)
+    if (folder := patch_folder(path, root)) is not None:  # patch skips text before the diff
+        diff = f"Apply from the model's folder: patch -p1 -d {folder} < THIS_FILE\n" + diff
+    return diff
+
+
+def patch_folder(model_file: str | Path, root: str | Path | None = None) -> Path | None:
+    """The folder to apply the patch from (``patch -p1 -d``), where the model file is not under
+    ``root`` (default: the working directory): its diff names the bare file. None: from ``root``."""
+    resolved = Path(model_file).resolve()
+    return None if resolved.is_relative_to(Path(root or Path.cwd()).resolve()) else resolved.parent

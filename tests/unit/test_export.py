@@ -135,6 +135,17 @@ def test_patch_applies_and_runs_the_markers_around_the_scopes(straight, tmp_path
     assert result.returncode == 0, result.stdout + result.stderr
     patched = (patched_dir / "straight.py").read_text()
     ast.parse(patched)
+    # Exported where the model file is not below: the diff names the bare file, and says where
+    # to apply it from; `patch -p1 -d` that folder works from anywhere (a walk's patch failed).
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    away = export_patch(make_study(elsewhere, path, ops, plan), root=elsewhere)
+    assert away.startswith(f"Apply from the model's folder: patch -p1 -d {path.parent.resolve()} < THIS_FILE\n")
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "straight.py").write_text(STRAIGHT)
+    applied = subprocess.run(["patch", "-p1", "-d", str(tmp_path / "copy")], input=away, text=True,
+                             capture_output=True, cwd=elsewhere)
+    assert applied.returncode == 0 and (tmp_path / "copy" / "straight.py").read_text() == patched, applied.stdout
     log = MarkerLog()
     monkeypatch.setattr(torch, "npu", log, raising=False)
     source = load_model_file(patched_dir / "straight.py")
