@@ -143,13 +143,13 @@ def _verified_shapes(attrs: dict[str, Any], data: dict[str, Any]) -> dict[str, A
     return verified
 
 
-def _measured(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
+def _measured(data: dict[str, Any], plan: Plan, input_sets: Any, input_shapes: Any = None) -> list[str]:
     """The snippet's comment lines on what was measured; a reason of several lines (a
     compiler's message) stays inside the comment."""
-    return [line.replace("\n", "\n# ") for line in _measured_lines(data, plan, input_sets)]
+    return [line.replace("\n", "\n# ") for line in _measured_lines(data, plan, input_sets, input_shapes)]
 
 
-def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[str]:
+def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any, input_shapes: Any = None) -> list[str]:
     # An emulated device's times come from its model, never from an NPU: say so on the figure itself.
     measured = ("Emulated (the emulated Ascend's model of a device, not an NPU measurement)"
                 if data.get("emulated") else "Measured")
@@ -185,11 +185,19 @@ def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any) -> list[s
         *([_through_comment(through, data["through_compile"])] if through else []),
         *([f"# One plan for {served} (the speedup above is their weighted mean): {', '.join(shapes)};",
            "# at any other input shape the plan is unverified."] if shapes else []),
+        # One shape: the plan is verified there only (sktune.apply warns elsewhere; a pasted call cannot).
+        *([f"# Verified at input shapes {_shapes_text(input_shapes)} only; at any other the plan is unverified."]
+          if input_shapes and not shapes and not data.get("shapes") else []),
         *([f"# Also verified bitwise, not timed, at the verify-only shapes {', '.join(checked)}."] if checked else []),
         *([f"# NOT verified at the served shapes {_listed(unchecked)} (verify-only, or left out by --shapes): "
            "the model declares them."] if unchecked else []),
         f"# {fused}.",
     ]
+
+
+def _shapes_text(input_shapes: list[list[Any]]) -> str:
+    """``[[13, 37]] float32`` for the recorded ``[[shape, dtype], ...]`` of a model's inputs."""
+    return ", ".join(f"{list(shape)} {str(dtype).removeprefix('torch.')}" for shape, dtype in input_shapes)
 
 
 def _listed(names: list[str], most: int = 8) -> str:
@@ -233,7 +241,7 @@ def export_python(study: optuna.Study, storage: str | None = None) -> str:
     head = [
         f"# sktune export: study {study.study_name!r}, trial {data['best_trial']} "
         f"({backend} backend, torch {env.get('torch', '?')}{snippet.versions})",
-        *_measured(data, plan, attrs.get(StudyAttr.INPUT_SETS)),
+        *_measured(data, plan, attrs.get(StudyAttr.INPUT_SETS), attrs.get(StudyAttr.INPUT_SHAPES)),
         *[f"# Resumed across a change of {', '.join(k.split(':', 1)[0] for k in c['changed'])} with --allow-changed: "
           "trials before it were measured and verified on the model or machine as it was."
           for c in attrs.get(StudyAttr.RESUMED_ACROSS) or []],

@@ -242,6 +242,8 @@ def test_npu_snippet_has_the_exact_compile_call(straight, tmp_path: Path) -> Non
     assert ('model = torch.compile(model, backend="npugraph_ex", options=OPTIONS, dynamic=False, fullgraph=True)'
             in snippet.splitlines())
     assert "--format patch" in snippet and 'sktune.apply(model, PLAN, backend="npu")' in snippet
+    # A pasted call cannot warn at another shape (sktune.apply does): the comment names the one verified.
+    assert "# Verified at input shapes [4, 16] float32 only; at any other the plan is unverified." in snippet
 
 
 def test_npu_snippet_falls_back_to_apply_when_no_patch_is_possible(straight, tmp_path: Path) -> None:
