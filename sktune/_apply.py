@@ -71,6 +71,7 @@ class TunedPlan:
     # (an export document says; None: unknown, nothing is checked).
     verified_shapes: dict[str, list[list[Any]]] | None = None
     verify_only: tuple[str, ...] = ()  # the export's verify_only_shapes: served, verified or not
+    backend: str | None = None  # the backend an export document's study was tuned with
 
     @property
     def served_shapes(self) -> int:
@@ -84,10 +85,10 @@ class TunedPlan:
             return cls(plan)
         if not isinstance(plan, dict):
             raise PlanError(f"expected a Plan or a plan dict, got {type(plan).__name__}")
-        n_ops, op_types, verified, verify_only = plan.get("n_ops"), None, None, ()
+        n_ops, op_types, verified, verify_only, backend = plan.get("n_ops"), None, None, (), None
         if EXPORT_VERSION_KEY in plan:  # the whole `sktune export --format json` document
             provenance = plan.get("provenance") or {}
-            n_ops, op_types = provenance.get("n_ops"), provenance.get("op_types")
+            n_ops, op_types, backend = provenance.get("n_ops"), provenance.get("op_types"), provenance.get("backend")
             verified = provenance.get("verified_shapes")
             verify_only = tuple(provenance.get("verify_only_shapes") or ())
             plan = plan.get("plan") or {}
@@ -96,7 +97,7 @@ class TunedPlan:
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"not a valid sktune plan: {type(exc).__name__}: {exc}") from exc
         return cls(parsed, None if n_ops is None else int(n_ops), None if op_types is None else tuple(op_types),
-                   verified, verify_only)
+                   verified, verify_only, backend if isinstance(backend, str) else None)
 
     def warn_if_unverified(self, inputs: Sequence[Any]) -> None:
         """Warn when the user's inputs match none of the verified shapes' inputs.
@@ -228,15 +229,17 @@ def _shape_key(shape: Sequence[int], dtype: str) -> tuple[tuple[int, ...], str]:
 _APPLIED: "weakref.WeakKeyDictionary[torch.nn.Module, AppliedPlan]" = weakref.WeakKeyDictionary()
 
 
-def apply(model: torch.nn.Module, plan: Plan | dict[str, Any], backend: str = "inductor") -> torch.nn.Module:
+def apply(model: torch.nn.Module, plan: Plan | dict[str, Any], backend: str | None = None) -> torch.nn.Module:
     """``model`` compiled with ``plan`` applied; use it in eval mode under ``torch.no_grad()``.
 
     ``plan`` is a ``Plan``, a plan's JSON (``best_plan`` of the summary; an ``n_ops`` key
     makes the op-count check exact) or the document ``sktune export --format json``
-    writes. A model whose captured graph is not the tuned one raises ``PlanError`` on
+    writes. ``backend``: default, the one the export document's study was tuned with, else
+    ``inductor``. A model whose captured graph is not the tuned one raises ``PlanError`` on
     the first call, with both op counts.
     """
     tuned = TunedPlan.parse(plan)
+    backend = backend or tuned.backend or "inductor"
     if model.training:
         log.warning("sktune.apply: the model is in training mode; sktune tunes it in eval mode (call model.eval())")
     raise_recompile_limit(tuned.served_shapes)  # or the 9th shape fails (fullgraph=True)

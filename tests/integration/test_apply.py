@@ -167,6 +167,11 @@ def test_a_plan_with_another_backends_options_is_a_plan_error(unfused) -> None:
                                     backend="inductor")
     with pytest.raises(PlanError, match=r"falls back on \['nope'\]"), torch.no_grad():
         unknown_fallback(*inputs[0])
+    # An export document names its study's backend: with no backend= it is the one applied.
+    from sktune._apply import EXPORT_VERSION_KEY, TunedPlan
+
+    document = {EXPORT_VERSION_KEY: 1, "plan": npu_plan.to_json(), "provenance": {"backend": "npu"}}
+    assert TunedPlan.parse(document).backend == "npu" and TunedPlan.parse(npu_plan.to_json()).backend is None
 
 
 def test_op_type_mismatch_is_a_plan_error(study, unfused) -> None:
