@@ -331,6 +331,10 @@ def export_patch(study: optuna.Study, model_file: str | Path | None = None, root
                               "the change (--allow-changed) but keeps the ops and source lines of the file it was "
                               "created for, so no patch matches this one: tune it in a new --study, restore that "
                               "file, or use sktune.apply(...) instead")
+        tuned_name = Path(attrs.get(StudyAttr.MODEL) or "").name
+        if tuned_name and path.name != tuned_name:  # --model named another file, not a changed one
+            raise ExportError(f"{path} is not the model file study {study.study_name!r} was tuned on ({tuned_name}, "
+                              "another sha256): --model names that file where it moved")
         raise ExportError(f"{path} changed since study {study.study_name!r} was tuned (sha256 differs), so the "
                           "ops' source lines no longer match it; re-run the study or use sktune.apply(...) instead")
     base = Path(root or Path.cwd()).resolve()

@@ -201,6 +201,10 @@ def test_patch_refuses_a_changed_model_file_and_an_op_called_from_the_edge(strai
     study = make_study(tmp_path, path, ops, Plan.make([Scope(1, 3, "sk0")]))
     with pytest.raises(ExportError, match="changed since study 'hand' was tuned"):
         export_patch(study, model_file=changed)
+    other = tmp_path / "rotary.py"  # --model naming another file: not "changed"
+    other.write_text(STRAIGHT + "\n# another model\n")
+    with pytest.raises(ExportError, match=r"rotary.py is not the model file study 'hand' was tuned on \(straight.py"):
+        export_patch(study, model_file=other)
     # Resumed across that change: re-running the study cannot help (it keeps the first file's ops).
     import hashlib
 
