@@ -316,7 +316,9 @@ def resuming_line(study: Any, joined: bool = False) -> str | None:
     failed those of dead ones): this run joins that worker, it resumes no earlier run."""
     from optuna.trial import TrialState
 
+    from sktune.tuning.attrs import StudyAttr
     from sktune.tuning.records import best_record, is_exact, speedup_of
+    from sktune.tuning.summary import confirmed_timing
 
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
     running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
@@ -324,8 +326,13 @@ def resuming_line(study: Any, joined: bool = False) -> str | None:
         return None
     exact = sum(1 for t in done if is_exact(t))
     best = best_record(study)
-    so_far = (f"; best exact so far {speedup_of(best.ratio):.2f}×{_emulated(study.user_attrs)} (trial {best.number})"
-              if best and best.ratio else "")
+    so_far = ""
+    if best and best.ratio:  # as the last run's table gave it: re-measured, where it was
+        speedup, how = speedup_of(best.ratio), ""
+        if best.timing is not None:
+            timing, _, source = confirmed_timing(study, StudyAttr.CONFIRM_BEST, best)
+            speedup, how = timing.speedup, ", re-measured" if source == "re-measured" else ""
+        so_far = f"; best exact so far {speedup:.2f}×{_emulated(study.user_attrs)} (trial {best.number}{how})"
     if joined:
         return f"joined study {study.study_name!r}, which another worker created: {len(done)} trials done " \
                f"so far ({exact} exact){so_far}"

@@ -22,7 +22,7 @@ from sktune.tuning.through_compile import through_compile_summary
 from sktune.tuning.verified import capture_limit_warning, not_bitwise_at, not_verified_at, verify_summary
 
 
-def _confirmed(study: optuna.Study, key: str, record: TrialRecord) -> tuple[PairedTiming, bool, str]:
+def confirmed_timing(study: optuna.Study, key: str, record: TrialRecord) -> tuple[PairedTiming, bool, str]:
     """The re-measurement of ``record`` when one was made for it, else the trial's own
     (``record`` has a timing)."""
     confirm = study.user_attrs.get(key)
@@ -154,7 +154,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     best_timing_ratio = None if best is None else best.ratio
     if best is not None and best.plan is not None and best.timing is not None:
         plan = Plan.from_json(best.plan)
-        timing, bitwise, source = _confirmed(study, StudyAttr.CONFIRM_BEST, best)
+        timing, bitwise, source = confirmed_timing(study, StudyAttr.CONFIRM_BEST, best)
         best_timing_ratio = timing.ratio
         groups = group_ops(n_ops, plan.scopes)
         lo, hi = timing.ratio_ci
@@ -189,7 +189,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     if study.user_attrs.get(StudyAttr.SHAPES) and "shapes" not in out:
         out["shapes"] = {}  # tuned for several shapes, but no plan is exact at all of them
     if fuse_all is not None and fuse_all.ratio is not None:
-        timing, _, source = _confirmed(study, StudyAttr.CONFIRM_FUSE_ALL, fuse_all)
+        timing, _, source = confirmed_timing(study, StudyAttr.CONFIRM_FUSE_ALL, fuse_all)
         out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing.baseline_s,
                            "time_s": timing.candidate_s, "ratio": timing.ratio,
                            "ratio_ci": list(timing.ratio_ci), "bitwise": fuse_all.feasible, "timing_source": source}

@@ -368,3 +368,13 @@ def test_a_resumed_study_says_so_with_what_was_done() -> None:
     study.ask()
     assert resuming_line(study).startswith(
         "joined study 's' while other workers tune it (trial #2 running): 2 trials done so far (1 exact)")
+    # The best's figure as the last run's table gave it: re-measured in its finalists' round.
+    from sktune.measure.stats import PairedTiming
+
+    timed = optuna.create_study(study_name="t")
+    searched, remeasured = PairedTiming(1e-4, 0.8e-4, 0.8, (0.78, 0.82), 30), PairedTiming(1e-4, 0.9e-4, 0.9, (0.88, 0.92), 30)
+    timed.add_trial(optuna.trial.create_trial(value=0.8, constraints={"bitwise": 0.0}, user_attrs={
+        "plan": {"scopes": []}, "timing": searched.to_json()}))
+    assert "best exact so far 1.25× (trial 0)" in resuming_line(timed)
+    timed.set_user_attr("confirm_best", {"trial": 0, "timing": remeasured.to_json(), "bitwise": True})
+    assert "best exact so far 1.11× (trial 0, re-measured)" in resuming_line(timed)
