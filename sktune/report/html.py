@@ -176,6 +176,8 @@ def _failure(item: dict[str, Any], ops: list[dict[str, Any]]) -> str:
         where += f", … ({len(listed) - 8} more)" if len(listed) > 8 else ""
         parts.append(f"<p>smallest failing range: ops {first}–{last} ({esc(', '.join(found.get('op_types', [])))}), "
                      f"found in {esc(found.get('runs'))} runs: {esc(where)}</p>")
+    if item.get("dcci_repair"):  # npu: the trial flushed only around the culprit, or why none
+        parts.append(f"<p>repair from the culprit: {esc(item['dcci_repair'])}</p>")
     if item.get("diagnosis"):
         diag = item["diagnosis"]
         parts.append(f"<p>diagnosis rerun: {esc(diag.get('outcome', ''))}; {esc(diag.get('where', ''))}</p>")

@@ -198,6 +198,7 @@ def failures(study: optuna.Study) -> list[dict[str, Any]]:
         out.append({"trial": t.number, "kind": kind, "reason": reason, "anchor": t.user_attrs.get(TrialAttr.ANCHOR, ""),
                     "mismatches": frame, "plan": t.user_attrs.get(TrialAttr.PLAN),
                     "smallest_failing_range": t.user_attrs.get(TrialAttr.SMALLEST_FAILING_RANGE),
+                    "dcci_repair": t.user_attrs.get(TrialAttr.DCCI_REPAIR),
                     "diagnosis": t.user_attrs.get(TrialAttr.DIAGNOSIS)})
     return out
 

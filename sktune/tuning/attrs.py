@@ -35,6 +35,7 @@ class TrialAttr:
     TIMING = "timing"  # PairedTiming as JSON
     SMALLEST_FAILING_RANGE = "smallest_failing_range"
     SEEDED_FROM = "seeded_from"  # why it was queued: the bisected trial, range, culprit types (dcci_seed.py)
+    DCCI_REPAIR = "dcci_repair"  # of a bisected trial: the repair queued from its culprit, or why none (dcci_seed.py)
     SHAPES = "shapes"  # per served shape: weight, timing, mismatches (heaviest first); TIMING is their weighted mean
     STATIC_COMPILE = "static_compile"  # npu: static-kernel compile seconds, uncached_s, emulated (all shapes)
     COMPILED = "compiled"  # whether its plan went to the worker (False: skipped or reused: no device cost)

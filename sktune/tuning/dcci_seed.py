@@ -55,6 +55,17 @@ def dcci_seed(space: SearchSpace, params: dict[str, Any], found: BisectResult) -
     return {**params, option.name: choice}
 
 
+def _why_none(option: OptionSpec, params: dict[str, Any], found: BisectResult) -> str:
+    """Why a bisected culprit gives ``option`` no repair choice (``dcci_seed`` gave None)."""
+    if not found.kernel_types:
+        return ("the culprit's device op types are unknown: the baseline profile's kernels do not line up one to one "
+                "with the graph's ops (an op launched several kernels, or none, where one was expected)")
+    choice = option.guard_for(found.kernel_types)
+    if choice is None:
+        return f"no {option.name} choice guards its device op types ({', '.join(found.kernel_types)})"
+    return f"{option.name}={choice} already guards its device op types: the mismatch has another cause"
+
+
 def not_worth_it(study: optuna.Study, ratio: float, option: OptionSpec, choice: Any, repair: Any) -> str | None:
     """Why a repair (``option`` from ``choice`` to ``repair``) of an inexact plan timed at
     ``ratio`` is not worth a trial (module docstring), or None."""
@@ -81,13 +92,18 @@ def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: BisectResu
     go with it."""
     params = dcci_seed(space, dict(trial.params), found)
     option = guarded_option(space, dict(trial.params))
+    if option is not None and found.range is not None and (params is None or found.kernel_types is None):
+        # Said on the trial (the report's failures): a culprit with no repair looked like a repair forgotten.
+        trial.set_user_attr(TrialAttr.DCCI_REPAIR, f"none: {_why_none(option, dict(trial.params), found)}")
     if params is None or option is None or found.kernel_types is None:
         return None
     kernel_types = list(found.kernel_types)
     choice, repair = trial.params[option.name], params[option.name]
     if ratio is not None and (why_not := not_worth_it(trial.study, ratio, option, choice, repair)):
         log.info("trial %d: mismatch in %s; not repaired: %s", trial.number, kernel_types, why_not)
+        trial.set_user_attr(TrialAttr.DCCI_REPAIR, f"none: {why_not}")
         return None
+    trial.set_user_attr(TrialAttr.DCCI_REPAIR, f"queued with {option.name}={repair}")
     overrides = trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}
     why = {"trial": trial.number, "range": None if found.range is None else list(found.range),
            "kernel_types": kernel_types,

@@ -81,6 +81,26 @@ def test_the_first_mismatch_queues_its_repair_with_the_ratio_it_came_from(space:
                                                         "trial": first.number, "ratio": 0.30}
 
 
+def test_each_bisected_trial_says_what_repair_came_of_its_culprit(space: SearchSpace) -> None:
+    """Queued, or why not: a culprit with no repair (a walk's attention models) said nothing."""
+    study = new_study()
+    first = run(study, space, whole(space, "none"), 0.30, 3)
+    assert first.user_attrs[TrialAttr.DCCI_REPAIR] == "queued with dcci_strategy=only:GatherV2"
+    unaligned = BisectResult((1, 2), 3, ("gather", "add"), None)  # kernels and ops did not line up
+
+    def objective(trial: optuna.Trial) -> float:
+        space.suggest(trial)
+        trial.set_constraint("bitwise", 3.0)
+        assert enqueue_dcci_seed(trial, space, unaligned, 0.25) is None
+        return 0.25
+
+    other = new_study()
+    other.enqueue_trial(whole(space, "none"))
+    other.optimize(objective, n_trials=1)
+    said = other.trials[0].user_attrs[TrialAttr.DCCI_REPAIR]
+    assert said.startswith("none: the culprit's device op types are unknown"), said
+
+
 def test_a_slower_mismatch_queues_nothing_while_a_faster_ones_repair_waits_or_is_exact(space: SearchSpace) -> None:
     study = new_study()
     run(study, space, whole(space, "none"), 0.30, 3)
