@@ -59,3 +59,25 @@ def test_probe_key_changes_with_the_instruction_sets(monkeypatch: pytest.MonkeyP
         monkeypatch.setattr(host_cpu, "_CPUINFO", info)
         keys.append(probe_key("inductor", "sigmoid", node))
     assert keys[0] != keys[1]
+
+
+def test_the_probe_judges_on_more_sets_than_the_study_verifies_on() -> None:
+    """A fused tanh 1 ULP off at 0.6 % of its elements passed the probe on 3 input sets of 128
+    values and was called exact (a walk's encoder: its 'bitwise' best differed on 6 seeds of
+    30). The probe takes more seeds of example_inputs: the study's sets first, then others."""
+    from pathlib import Path
+
+    from sktune.load import draw_inputs
+    from sktune.worker.probe import PROBE_INPUT_SETS, probe_sets
+    from sktune.worker.runner import RunnerConfig, TrialRunner
+
+    model = Path(__file__).resolve().parents[1] / "models" / "tiny_norm.py"
+    runner = TrialRunner(RunnerConfig(model_path=str(model), input_sets=3, n_batches=2))
+    at = runner.shape(None)
+    sets = list(probe_sets(runner, at))
+    assert len(sets) == PROBE_INPUT_SETS >= 8 and all(a is b for (a, _), b in zip(sets, at.args))
+    extra_args, extra_references = sets[3]
+    drawn = at.graph.args_for(draw_inputs(runner.source, 3))
+    assert all(torch.equal(x, y) for x, y in zip(extra_args, drawn))  # seed 3, the next one
+    assert all(torch.equal(x, y) for x, y in zip(extra_references(), at.reference_fn(*drawn)))
+    assert f"|sets {PROBE_INPUT_SETS}" in probe_key("inductor", "sigmoid", _sigmoid_node())  # old answers: asked again
