@@ -32,6 +32,7 @@ from sktune.space.search_space import SearchSpace
 from sktune.pipe.protocol import BisectResult
 from sktune.tuning.attrs import TrialAttr
 from sktune.tuning.records import FIXED, feasible_ratios, interrupted, is_feasible, planned_params
+from sktune.tuning.trial_writer import record_dcci_repair
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +95,16 @@ def enqueue_dcci_seed(trial: optuna.Trial, space: SearchSpace, found: BisectResu
     option = guarded_option(space, dict(trial.params))
     if option is not None and found.range is not None and (params is None or found.kernel_types is None):
         # Said on the trial (the report's failures): a culprit with no repair looked like a repair forgotten.
-        trial.set_user_attr(TrialAttr.DCCI_REPAIR, f"none: {_why_none(option, dict(trial.params), found)}")
+        record_dcci_repair(trial, f"none: {_why_none(option, dict(trial.params), found)}")
     if params is None or option is None or found.kernel_types is None:
         return None
     kernel_types = list(found.kernel_types)
     choice, repair = trial.params[option.name], params[option.name]
     if ratio is not None and (why_not := not_worth_it(trial.study, ratio, option, choice, repair)):
         log.info("trial %d: mismatch in %s; not repaired: %s", trial.number, kernel_types, why_not)
-        trial.set_user_attr(TrialAttr.DCCI_REPAIR, f"none: {why_not}")
+        record_dcci_repair(trial, f"none: {why_not}")
         return None
-    trial.set_user_attr(TrialAttr.DCCI_REPAIR, f"queued with {option.name}={repair}")
+    record_dcci_repair(trial, f"queued with {option.name}={repair}")
     overrides = trial.user_attrs.get(TrialAttr.OPTION_OVERRIDES) or {}
     why = {"trial": trial.number, "range": None if found.range is None else list(found.range),
            "kernel_types": kernel_types,

@@ -156,3 +156,8 @@ def record_diagnosis(trial: optuna.Trial, plan: Plan, outcome: str, where: str) 
 def record_failing_range(trial: optuna.Trial, found: BisectResult) -> None:
     """The smallest failing op range that bisecting a mismatch found."""
     trial.set_user_attr(TrialAttr.SMALLEST_FAILING_RANGE, found.to_json())
+
+
+def record_dcci_repair(trial: optuna.Trial, said: str) -> None:
+    """What came of a bisected culprit (tuning/dcci_seed.py): the repair queued, or why none."""
+    trial.set_user_attr(TrialAttr.DCCI_REPAIR, said)
