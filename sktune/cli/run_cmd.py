@@ -312,8 +312,9 @@ def resuming_line(study: Any, joined: bool = False) -> str | None:
     """``resuming study 'S': 12 trials done earlier (9 exact); best exact so far 1.83× (trial 10)``,
     or None for a study with no trial (a new one). ``joined``: the study was being created by
     another worker when this run opened it; its trials are that worker's, this run's start-up
-    meanwhile, not an earlier run's. A trial RUNNING now is another live worker's (start-up
-    failed those of dead ones): this run joins that worker, it resumes no earlier run."""
+    meanwhile, not an earlier run's. A trial RUNNING now is most likely another live worker's
+    (start-up failed those of this host's dead processes; another host's are failed by the
+    heartbeat within its grace period): this run joins that worker."""
     from optuna.trial import TrialState
 
     from sktune.tuning.attrs import StudyAttr
@@ -327,7 +328,10 @@ def resuming_line(study: Any, joined: bool = False) -> str | None:
     exact = sum(1 for t in done if is_exact(t))
     best = best_record(study)
     so_far = ""
-    if best and best.ratio:  # as the last run's table gave it: re-measured, where it was
+    verdict = study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}
+    if best and (best.anchor == "unfused" or verdict.get("keep_unfused_reason") and verdict.get("trial") == best.number):
+        so_far = f"; so far: keep the model unfused (trial {best.number})"  # the table's 1.00x, not its noise
+    elif best and best.ratio:  # as the last run's table gave it: re-measured, where it was
         speedup, how = speedup_of(best.ratio), ""
         if best.timing is not None:
             timing, _, source = confirmed_timing(study, StudyAttr.CONFIRM_BEST, best)

@@ -113,12 +113,12 @@ def print_summary(data: dict[str, Any]) -> None:
         console.print(f"best exact plan: {verdict}; times {source}")
         if data.get("provisional"):
             console.print(f"[yellow]provisional: {data['provisional']}[/]", highlight=False)
-        if passed_over := round_rejected_line(data):
-            console.print(f"[yellow]{escape(passed_over)}[/]", highlight=False)
         if line := through_compile_line(through := data.get("through_compile")):
             # Failed, not bitwise or slower than eager: the exported call is not the table's.
             warn = through_compile_warns(through)
             console.print(f"[bold red]{escape(line)}[/]" if warn else escape(line), highlight=False)
+    if passed_over := round_rejected_line(data):  # also where no plan is left to name
+        console.print(f"[yellow]{escape(passed_over)}[/]", highlight=False)
     console.print(
         f"trials: {data['n_trials']} ({data['n_complete']} complete ({data['n_infeasible']} of them not bitwise), "
         f"{data['n_pruned']} pruned or skipped, {data['n_failed']} failed"

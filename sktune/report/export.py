@@ -196,7 +196,7 @@ def _measured_lines(data: dict[str, Any], plan: Plan, input_sets: Any, input_sha
 
 
 def _shapes_text(input_shapes: list[list[Any]]) -> str:
-    """``[[13, 37]] float32`` for the recorded ``[[shape, dtype], ...]`` of a model's inputs."""
+    """``[13, 37] float32`` for the recorded ``[[shape, dtype], ...]`` of a model's inputs."""
     return ", ".join(f"{list(shape)} {str(dtype).removeprefix('torch.')}" for shape, dtype in input_shapes)
 
 
@@ -308,7 +308,8 @@ def export_patch(study: optuna.Study, model_file: str | Path | None = None, root
     """A unified diff of the model file inserting the best plan's scope markers.
 
     Paths in the diff are relative to ``root`` (default: the working directory) when the
-    file lies under it, else just its name; apply it with ``patch -p1`` from there.
+    file lies under it, then apply it with ``patch -p1`` from there; else just its name, and
+    the diff's first line says to apply it with ``patch -p1 -d`` the model's folder.
     """
     from sktune.report.scope_patch import scope_patch
 

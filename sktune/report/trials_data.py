@@ -16,7 +16,7 @@ import pandas as pd
 
 from sktune.tuning.attrs import TrialAttr
 from sktune.tuning.records import (TrialRecord, feasible_trials, has_ratio, interrupted, is_yardstick, records,
-                                   stopped_failure)
+                                   round_turned_down, stopped_failure)
 from sktune.tuning.verified import (describe_failure, first_failure, not_bitwise_at, not_verified_at,
                                    verified_outcomes)
 
@@ -38,16 +38,19 @@ def _status(r: TrialRecord) -> str:
     return "exact" if r.feasible else "not exact"
 
 
-def _bitwise(r: TrialRecord, verify_failed: list[str] | None = None, unanswered: list[str] | None = None) -> str:
+def _bitwise(r: TrialRecord, verify_failed: list[str] | None = None, unanswered: list[str] | None = None,
+             in_round: bool = False) -> str:
     """The trials table's bitwise cell: a yardstick says the one shape it was checked at, a plan
     turned down at a verify-only shape says where (``verify_failed``: where this trial was),
-    one whose worker gave no answer there says so (``unanswered``)."""
+    one whose worker gave no answer there says so (``unanswered``), one a finalists' round found
+    not bitwise as it compiled it says that (``in_round``)."""
     if r.state != "COMPLETE":
         return ""
     if r.yardstick is not None:
         return f"yes, at {r.yardstick} only" if r.exact else f"no, at {r.yardstick}"
     if r.turned_down:
-        return f"no, at verify-only {', '.join(verify_failed)}" if verify_failed else "no, at a verify-only shape"
+        return (f"no, at verify-only {', '.join(verify_failed)}" if verify_failed
+                else "no, as the finalists' round compiled it" if in_round else "no, at a verify-only shape")
     if r.feasible and unanswered:  # its worker gave no answer there: a crash or a time-out, not the plan's doing
         return f"yes where tuned (not verified at {', '.join(unanswered)})"
     return "yes" if r.feasible else "no"
@@ -159,6 +162,7 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
     rows = []
     recorded = {r.number: r for r in records(study)}
     verify_failed, unanswered = not_bitwise_at(study), not_verified_at(study)
+    in_round = round_turned_down(study.user_attrs)  # not bitwise as a finalists' round compiled it
     for t in study.get_trials(deepcopy=False):
         if t.state.name not in FINISHED:
             continue
@@ -168,7 +172,8 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
         anchor = t.user_attrs.get(TrialAttr.ANCHOR, "") + (f" (of #{refined})" if refined is not None else "")
         rows.append({"number": t.number, "state": t.state.name, "anchor": anchor, "step_s": r.candidate_s, "baseline_s": r.baseline_s,
                      "ratio": r.ratio, "ratio_lo": lo, "ratio_hi": hi,
-                     "bitwise": _bitwise(r, verify_failed.get(t.number), unanswered.get(t.number)),
+                     "bitwise": _bitwise(r, verify_failed.get(t.number), unanswered.get(t.number),
+                                         t.number in in_round),
                      "reason": r.failure or _mismatch_line(t.user_attrs.get(TrialAttr.MISMATCHES) or [])})
     return pd.DataFrame(rows, columns=["number", "state", "anchor", "step_s", "baseline_s", "ratio",
                                        "ratio_lo", "ratio_hi", "bitwise", "reason"])

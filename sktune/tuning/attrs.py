@@ -77,6 +77,8 @@ class StudyAttr:
     FINALISTS = "finalists"
     FINALISTS_FAILED = "finalists_failed"  # why the last finalists' round gave no timings (None once one did)
     CONFIRM_BEST = "confirm_best"
+    # Finalists not bitwise as a round compiled them: [{"trial", "mismatches", "at"}], every round's (finalists.py)
+    ROUND_REJECTED = "round_rejected"
     CONFIRM_FUSE_ALL = "confirm_fuse_all"
     CONFIRM_UNFUSED = "confirm_unfused"  # the unfused plan timed as a finalist: the round's noise floor
     PROFILE_BASELINE = "profile_baseline"

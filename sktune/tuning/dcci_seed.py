@@ -58,6 +58,8 @@ def dcci_seed(space: SearchSpace, params: dict[str, Any], found: BisectResult) -
 
 def _why_none(option: OptionSpec, params: dict[str, Any], found: BisectResult) -> str:
     """Why a bisected culprit gives ``option`` no repair choice (``dcci_seed`` gave None)."""
+    if found.kernel_types == ():
+        return "the culprit's ops launch no device kernel (they lined up with the baseline's): nothing to flush around"
     if not found.kernel_types:
         return ("the culprit's device op types are unknown: the baseline profile's kernels do not line up one to one "
                 "with the graph's ops (an op launched several kernels, or none, where one was expected)")

@@ -20,8 +20,8 @@ from sktune.tuning.attrs import StudyAttr, TrialAttr, last_change_at
 from sktune.tuning.records import FUSE_ALL, TrialRecord, anchor_record, best_record, records, speedup_of, top_records
 from sktune.tuning.shapes import ShapeOutcome, outcomes_of, weighted_timing
 from sktune.tuning.supervisor import SupervisedWorker
-from sktune.tuning.verified import (all_bitwise, describe_failure, record, verified_outcomes, verify_plan,
-                                   verify_shape_names)
+from sktune.tuning.verified import (all_bitwise, describe_failure, record, round_rejections, verified_outcomes,
+                                   verify_plan, verify_shape_names)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ def confirm_finalists(study: optuna.Study, worker: SupervisedWorker, timeout: fl
         study.set_user_attr(StudyAttr.FINALISTS, list(entries.values()))
         rejected = verdict.get("verify_rejected") or []
         turned_down += [r for r in rejected if r not in turned_down]
+        rejected = rejected + (verdict.get("round_rejected") or [])  # either way: the next plans get a round
         if turned_down:
             study.set_user_attr(StudyAttr.CONFIRM_BEST, {**verdict, "verify_rejected": turned_down})
         fresh = {r.number for r in top_records(study, top)} - timed
@@ -111,9 +112,12 @@ def _confirm_round(study: optuna.Study, worker: SupervisedWorker, timeout: float
     fused = [entry[r.number] for r in finalists if group_ops(n_ops, Plan.from_json(r.plan).scopes)]
     # Not bitwise as the round compiled it (its trial was, on the model before a change): never named.
     differ = [e for e in fused if e["round_mismatches"]]
+    if differ:  # turned down for good, as at a verify-only shape (records.round_turned_down)
+        study.set_user_attr(StudyAttr.ROUND_REJECTED, (study.user_attrs.get(StudyAttr.ROUND_REJECTED) or []) + [
+            {"trial": e["trial"], "mismatches": e["round_mismatches"], "at": at} for e in differ])
     verdict = named_after_verification(study, worker, timeout, names, [e for e in fused if e not in differ],
                                        entry[unfused.number] if unfused else None)
-    verdict = _passed_over_in_round(verdict, differ)
+    verdict = _passed_over_in_round(study, verdict, differ)
     # Recorded once the round is whole: a run stopped while verifying leaves no half round
     # that the summary would take for a finished one (summary._provisional).
     study.set_user_attr(StudyAttr.FINALISTS, remeasured)
@@ -127,15 +131,14 @@ def _confirm_round(study: optuna.Study, worker: SupervisedWorker, timeout: float
     return {r.number for r in finalists}
 
 
-def _passed_over_in_round(verdict: dict[str, Any] | None, differ: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _passed_over_in_round(study: optuna.Study, verdict: dict[str, Any] | None,
+                          differ: list[dict[str, Any]]) -> dict[str, Any] | None:
     """``verdict``, saying which fused finalists the round found not bitwise as it compiled them
     (``round_rejected``); where none is left to name, "keep unfused" says why."""
     if not differ:
         return verdict
-    rejected = [{"trial": e["trial"], "mismatches": e["round_mismatches"],
-                 "why": f"trial #{e['trial']} is not bitwise as the finalists' round compiled it "
-                        f"({e['round_mismatches']} output mismatch(es) where tuned; its trial was bitwise)"}
-                for e in differ]
+    numbers = {e["trial"] for e in differ}
+    rejected = [r for r in round_rejections(study) if r["trial"] in numbers]
     why = "; ".join(r["why"] for r in rejected)
     if verdict is None:
         return {"trial": None, "bitwise": True, "keep_unfused_reason": why, "rejected_best": None,

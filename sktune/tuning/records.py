@@ -204,9 +204,19 @@ def verify_turned_down(attrs: Mapping[str, Any], trials: Sequence[FrozenTrial]) 
     changed_at = last_change_at(attrs)  # found before a resume across a change: it may pass now
     failed = {v["trial"] for v in attrs.get(StudyAttr.VERIFIED) or []
               if any(turns_down(o, changed_at) for o in v["shapes"].values())}
+    failed |= round_turned_down(attrs)
     n_ops = len(attrs.get(StudyAttr.OPS) or [])
     return [plan for t in trials if t.number in failed and (plan := t.user_attrs.get(TrialAttr.PLAN)) is not None
             and _fuses(n_ops, Plan.from_json(plan))]
+
+
+def round_turned_down(attrs: Mapping[str, Any]) -> set[int]:
+    """The trials whose plan a finalists' round found not bitwise where tuned, as it compiled it
+    (``StudyAttr.ROUND_REJECTED``), since the study's last change: turned down as at a
+    verify-only shape (``verify_turned_down``)."""
+    changed_at = last_change_at(attrs)
+    return {r["trial"] for r in attrs.get(StudyAttr.ROUND_REJECTED) or []
+            if changed_at is None or str(r.get("at") or "") >= changed_at}
 
 
 def _fuses(n_ops: int, plan: Plan) -> bool:

@@ -264,8 +264,8 @@ def _check_resumable(study: optuna.Study, existing: dict[str, Any], workload: Wo
         # Said and kept: the trials before the change were measured, and verified bitwise, on the
         # model or machine as it was; the export names the change beside the study's model.
         log.warning("resuming study %r across a change (--allow-changed): %s. Its earlier trials were measured "
-                    "and verified bitwise before it; a best among them is re-timed here and verified again at the "
-                    "verify-only shapes only",
+                    "and verified bitwise before it; the finalists' round re-times and verifies again the best "
+                    "among them, and a plan not bitwise now is passed over",
                     name, "; ".join(changed))
         now = {"at": datetime.now().isoformat(timespec="seconds"), "model": str(model_path),
                "model_sha256": workload.model_sha256, "changed": changed}

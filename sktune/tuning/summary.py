@@ -19,7 +19,8 @@ from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, TrialRecord, anc
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
 from sktune.tuning.through_compile import through_compile_summary
-from sktune.tuning.verified import capture_limit_warning, not_bitwise_at, not_verified_at, verify_summary
+from sktune.tuning.verified import (capture_limit_warning, not_bitwise_at, not_verified_at, round_rejections,
+                                   verify_summary)
 
 
 def confirmed_timing(study: optuna.Study, key: str, record: TrialRecord) -> tuple[PairedTiming, bool, str]:
@@ -185,14 +186,15 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         # "Keep unfused" but the unfused trial failed: no plan is named, the reason still is.
         out["keep_unfused_reason"] = study.user_attrs[StudyAttr.CONFIRM_BEST]["keep_unfused_reason"]
     # Finalists not bitwise as the round compiled them (after a change of the model): never named.
-    out["round_rejected"] = (study.user_attrs.get(StudyAttr.CONFIRM_BEST) or {}).get("round_rejected") or []
+    out["round_rejected"] = round_rejections(study)
     if study.user_attrs.get(StudyAttr.SHAPES) and "shapes" not in out:
         out["shapes"] = {}  # tuned for several shapes, but no plan is exact at all of them
     if fuse_all is not None and fuse_all.ratio is not None:
-        timing, _, source = confirmed_timing(study, StudyAttr.CONFIRM_FUSE_ALL, fuse_all)
+        # Re-measured: as the round compiled it, its outputs checked too (finalists.py).
+        timing, bitwise, source = confirmed_timing(study, StudyAttr.CONFIRM_FUSE_ALL, fuse_all)
         out["fuse_all"] = {"trial": fuse_all.number, "anchor": fuse_all.anchor, "baseline_s": timing.baseline_s,
                            "time_s": timing.candidate_s, "ratio": timing.ratio,
-                           "ratio_ci": list(timing.ratio_ci), "bitwise": fuse_all.feasible, "timing_source": source}
+                           "ratio_ci": list(timing.ratio_ci), "bitwise": bitwise, "timing_source": source}
         decided, undecided = not_bitwise_at(study), not_verified_at(study)
         if at := decided.get(fuse_all.number):  # exact where tuned, not at a verify-only shape
             out["fuse_all"].update(bitwise=False, not_bitwise_at=at)

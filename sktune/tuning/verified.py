@@ -166,6 +166,17 @@ def capture_limit_warning(study: optuna.Study) -> str | None:
             "(the exported snippet raises both)")
 
 
+def round_rejections(study: optuna.Study) -> list[dict[str, Any]]:
+    """The summary's ``round_rejected``: each plan a finalists' round found not bitwise as it
+    compiled it, since the study's last change (``records.round_turned_down``), with why."""
+    from sktune.tuning.records import round_turned_down
+
+    live = round_turned_down(study.user_attrs)
+    return [{**r, "why": f"trial #{r['trial']} is not bitwise as the finalists' round compiled it "
+                         f"({r['mismatches']} output mismatch(es) where tuned; its trial was bitwise)"}
+            for r in study.user_attrs.get(StudyAttr.ROUND_REJECTED) or [] if r["trial"] in live]
+
+
 def round_rejected_line(data: dict[str, Any]) -> str | None:
     """The finalists a round found not bitwise as it compiled them, where tuned (a summary's
     ``round_rejected``: their trials were bitwise, on the model before a change), or None."""

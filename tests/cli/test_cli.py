@@ -378,3 +378,7 @@ def test_a_resumed_study_says_so_with_what_was_done() -> None:
     assert "best exact so far 1.25× (trial 0)" in resuming_line(timed)
     timed.set_user_attr("confirm_best", {"trial": 0, "timing": remeasured.to_json(), "bitwise": True})
     assert "best exact so far 1.11× (trial 0, re-measured)" in resuming_line(timed)
+    # Kept unfused: the table's verdict, not the unfused plan's noise against itself.
+    timed.set_user_attr("confirm_best", {"trial": 0, "timing": remeasured.to_json(), "bitwise": True,
+                                         "keep_unfused_reason": "no exact finalist fuses anything"})
+    assert resuming_line(timed).endswith("; so far: keep the model unfused (trial 0)")

@@ -168,10 +168,17 @@ def test_a_plan_with_another_backends_options_is_a_plan_error(unfused) -> None:
     with pytest.raises(PlanError, match=r"falls back on \['nope'\]"), torch.no_grad():
         unknown_fallback(*inputs[0])
     # An export document names its study's backend: with no backend= it is the one applied.
-    from sktune._apply import EXPORT_VERSION_KEY, TunedPlan
+    from sktune._apply import EXPORT_VERSION_KEY, TunedPlan, applied_plan
 
     document = {EXPORT_VERSION_KEY: 1, "plan": npu_plan.to_json(), "provenance": {"backend": "npu"}}
     assert TunedPlan.parse(document).backend == "npu" and TunedPlan.parse(npu_plan.to_json()).backend is None
+    from sktune.errors import TorchNpuMissing
+
+    with pytest.raises(TorchNpuMissing):  # the npu backend, asked for by the document (no torch-npu here)
+        sktune.apply(build(source), document)
+    inductor_document = {**document, "plan": Plan.make([Scope(0, 3, "sk0")]).to_json(),
+                         "provenance": {"backend": "inductor"}}
+    assert applied_plan(sktune.apply(build(source), inductor_document)).backend.name == "inductor"
 
 
 def test_op_type_mismatch_is_a_plan_error(study, unfused) -> None:

@@ -17,6 +17,7 @@ from sktune.measure.stats import PairedTiming
 from sktune.report import data
 from sktune.report.export import export_json, export_patch, export_python
 from sktune.report.html import render
+from sktune.report.trials_data import trials_table
 from sktune.tuning.finalists import confirm_finalists, finalist_verdict
 from sktune.pipe.protocol import ConfirmRequest, ConfirmResult
 from sktune.tuning.records import best_record
@@ -128,7 +129,6 @@ def test_a_finalist_not_bitwise_as_the_round_compiled_it_is_never_named(shapes: 
     """Its trial was bitwise (on the model before a resume across a change, say); the round
     compiles every finalist anyway and checks its outputs on every input set."""
     study = make_study(shapes)
-    study.set_user_attr("resumed_across", [{"at": "2000-01-01T00:00:00", "changed": ["model_sha256"]}])
     run_round(study, (0.80, 0.90), shapes, differ=(CUT,))
     out = summary(study)
     assert out["best_trial"] == 0 and out["best_fuses_nothing"] is True  # not the 1.18x cut plan
@@ -137,14 +137,30 @@ def test_a_finalist_not_bitwise_as_the_round_compiled_it_is_never_named(shapes: 
     print_summary(out)
     assert "passed over in the finalists' round: trial #2" in " ".join(capsys.readouterr().out.split())
     assert "passed over in the finalists' round: trial #2" in html.unescape(render(study))
-    # Bitwise as the round compiled it, after the change: no longer "verified before the change".
-    fresh = make_study(shapes)
-    fresh.set_user_attr("resumed_across", [{"at": "2000-01-01T00:00:00", "changed": ["model_sha256"]}])
-    run_round(fresh, (0.80, 0.90), shapes)
-    named = summary(fresh)
+    assert trials_table(study).set_index("number").loc[2, "bitwise"] == "no, as the finalists' round compiled it"
+    # Turned down for good: a later trial (another worker's, a resume's) cannot bring it back as the best.
+    dist = {"block:0": optuna.distributions.CategoricalDistribution(["eager", "fuse", "cut"])}
+    study.add_trial(optuna.trial.create_trial(value=0.9, params={"block:0": "fuse"}, distributions=dist,
+                                              user_attrs={"plan": FUSE_ALL, "timing": timing(0.9, 0.85, 0.95),
+                                                          "mismatches": []}, constraints={"bitwise": 0.0}))
+    assert best_record(study).number != 2 and export_json(study)["provenance"]["trial"] != 2
+
+
+@pytest.mark.parametrize("shapes", [False, True])
+def test_a_best_the_round_checked_after_a_change_is_not_verified_before_it(shapes: bool) -> None:
+    import time
+    from datetime import datetime
+
+    study = make_study(shapes)  # its trials complete now, before the change
+    time.sleep(1.1)  # ISO seconds: the change strictly after them, the round strictly after it
+    study.set_user_attr("resumed_across", [{"at": datetime.now().isoformat(timespec="seconds")}])
+    time.sleep(1.1)
+    assert summary(study)["verified_before_change"] is True  # the search's best, checked before the change
+    run_round(study, (0.80, 0.90), shapes)
+    named = summary(study)
     assert named["best_trial"] == 2 and named["verified_before_change"] is False and named["round_rejected"] == []
-    fresh.set_user_attr("resumed_across", [{"at": "2999-01-01T00:00:00", "changed": ["model_sha256"]}])
-    assert summary(fresh)["verified_before_change"] is True  # a change after that round: verified before it
+    study.set_user_attr("resumed_across", [{"at": "2999-01-01T00:00:00"}])  # a change after that round
+    assert summary(study)["verified_before_change"] is True
 
 
 def test_the_rule_picks_the_fastest_plan_wholly_below_1() -> None:
