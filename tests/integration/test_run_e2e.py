@@ -88,7 +88,9 @@ def test_run_summary_and_resume(studies_dir: Path, tmp_path: Path) -> None:
                         env={**os.environ, "ATEN_CPU_CAPABILITY": "default"})
         assert scalar.returncode == 1 and "cpu_capability" in scalar.stderr and "--allow-changed" in scalar.stderr
         assert "Traceback" not in scalar.stderr
-        assert "starting worker (load, capture, reference)…" in scalar.stderr  # resumed: the stored profile and probe
+        # The refusal is the one line: no progress bar left above it (the steps it announced, a
+        # resume's "load, capture, reference", are test_cli.py's test_the_start_up_line_announces_only_what_runs).
+        assert "starting worker" not in scalar.stderr and scalar.stderr.lstrip().startswith("error:")
 
 
 @pytest.mark.slow  # ~1 min: three worker faults and restarts; CI runs it (.ci/run)
