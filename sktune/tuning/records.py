@@ -248,7 +248,7 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
     finalists = {f["trial"] for f in entries}
     ranked = sum(1 for f in entries if not f.get("previous_best"))  # the top by search value the round took
     # Valid while no later trial (a resumed run) has entered the top that was re-measured.
-    if confirmed is not None and {r.number for r in top_records(study, ranked, with_turned_down=True)} <= finalists:
+    if confirmed is not None and not _entered_top_since(study, entries, finalists, ranked):
         for r in records(study):
             if r.number == confirmed["trial"] and r.feasible:
                 return r
@@ -256,6 +256,21 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
             return None  # "keep unfused" without an exact unfused trial: never fall back to a fused plan
     top = top_records(study, 1)
     return top[0] if top else None
+
+
+def _entered_top_since(study: optuna.Study, entries: list[dict[str, Any]], finalists: set[int], ranked: int) -> bool:
+    """Whether a trial outside the round's finalists has entered the top ``ranked`` since the
+    round. Rounds stamped ``at``: a feasible trial completed after the last of them (a plan
+    turned down in an earlier run ranks high yet is never a finalist again: it must not
+    void the round, which then fell back to an unverified search best). Older rounds: the
+    top by search value, turned-down plans included, as that round ranked them."""
+    stamps = [str(e["at"]) for e in entries if e.get("at")]
+    if not stamps or len(stamps) < len(entries):
+        return not {r.number for r in top_records(study, ranked, with_turned_down=True)} <= finalists
+    last = max(stamps)
+    trials = study.get_trials(deepcopy=False)
+    return any(r.number not in finalists and (done := trials[r.number].datetime_complete) is not None
+               and done.isoformat(timespec="seconds") > last for r in top_records(study, ranked))
 
 
 FUSE_EVERYTHING = (FUSE_ALL, FULL_MODEL)  # the fuse-everything anchor of each anchor set

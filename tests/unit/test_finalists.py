@@ -241,3 +241,15 @@ def test_a_round_that_reads_unfused_as_faster_than_itself_is_said_to_be_noisy(ca
     print_summary(out)
     assert "noisy finalists' round" in " ".join(capsys.readouterr().out.split())
     assert "Noisy finalists" in render(study) and "excludes 1.0" in render(study)
+
+
+def test_a_plan_turned_down_in_an_earlier_run_does_not_void_the_next_round_s_verdict() -> None:
+    """A plan turned down ranks high by search value yet is never a finalist again: the next
+    run's round once counted it as 'a later trial in the top', voided its own verdict and
+    named the search's best, unverified (a walk: exported, and not bitwise at a verify-only shape)."""
+    study = make_study()
+    run_round(study, (0.80, 0.90), differ=(CUT,))  # the first run: the cut plan turned down
+    run_round(study, (0.80, 0.90))  # a resumed run's round: unfused, fuse-all (1.05: not faster)
+    assert 2 not in {e["trial"] for e in study.user_attrs["finalists"]}
+    best = best_record(study)
+    assert best is not None and best.number == 0 and summary(study)["provisional"] is None  # its verdict, kept
