@@ -149,7 +149,9 @@ def make_objective(space: SearchSpace, worker: TrialWorker, rules: ObjectiveRule
         mismatches = len(result.mismatches)
         if shapes:  # named shapes (even one: the summary and export name it)
             outcomes = {shapes[0][0]: ShapeOutcome(shapes[0][1], timing, mismatches)}
-            found = list(result.mismatches)  # every shape's, each tagged with its shape
+            found = [{"shape": shapes[0][0], **m} for m in result.mismatches]  # every shape's, each tagged with its shape
+            if found:  # the first shape's too: the report's table named no shape for them
+                record_mismatches(trial, found)
             if result.bitwise or anchor:  # an inexact plan is rejected already: spare the other shapes
                 for name, weight in shapes[1:]:
                     started = time.perf_counter()

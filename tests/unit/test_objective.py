@@ -209,6 +209,8 @@ def test_a_plan_inexact_at_the_heaviest_shape_is_not_measured_at_the_others(spac
     study = run_study(space, worker, [(fuse_all(space, fallbacks=["mean"]), {})],
                       rules=ObjectiveRules(CHUNKS, 60.0, shapes=SHAPES))
     assert [c[0] for c in worker.calls] == ["run"] and not is_feasible(study.trials[0])
+    # Its mismatches name that shape (the report's table had a blank shape for the first one).
+    assert [m.get("shape") for m in study.trials[0].user_attrs[TrialAttr.MISMATCHES]] == [SHAPES[0][0]]
 
 
 def test_several_shapes_prune_on_the_best_trials_ratio_at_the_heaviest_shape(space: SearchSpace) -> None:
