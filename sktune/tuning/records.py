@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sktune.graph.grouping import group_ops
 from sktune.measure.stats import PairedTiming
-from sktune.pipe.verify_shapes import turns_down
+from sktune.pipe.verify_shapes import turns_down, verified_since
 from sktune.plan import Plan
 from sktune.space.ascend_anchors import FULL_MODEL
 from sktune.space.search_space import FUSE_ALL
@@ -215,8 +215,7 @@ def round_turned_down(attrs: Mapping[str, Any]) -> set[int]:
     (``StudyAttr.ROUND_REJECTED``), since the study's last change: turned down as at a
     verify-only shape (``verify_turned_down``)."""
     changed_at = last_change_at(attrs)
-    return {r["trial"] for r in attrs.get(StudyAttr.ROUND_REJECTED) or []
-            if changed_at is None or str(r.get("at") or "") >= changed_at}
+    return {r["trial"] for r in attrs.get(StudyAttr.ROUND_REJECTED) or [] if verified_since(r, changed_at)}
 
 
 def _fuses(n_ops: int, plan: Plan) -> bool:

@@ -16,6 +16,7 @@ from sktune.tuning.attrs import StudyAttr, TrialAttr, is_emulated, last_change_a
 from sktune.tuning.records import (FINISHED, FUSE_ALL, REFINED, TrialRecord, anchor_record, best_record, interrupted,
                                    is_yardstick, plan_of, records, reused, speedup_interval, speedup_of,
                                    stopped_failure)
+from sktune.pipe.verify_shapes import verified_since
 from sktune.tuning.host_time import effective_options_checked, static_compile_summary
 from sktune.tuning.shapes import shapes_summary
 from sktune.tuning.through_compile import through_compile_summary
@@ -61,7 +62,7 @@ def _verified_before_change(study: optuna.Study, number: int) -> bool:
     changed_at = last_change_at(study.user_attrs)
     if changed_at is None:
         return False
-    if any(e.get("trial") == number and e.get("round_mismatches") == 0 and str(e.get("at") or "") >= changed_at
+    if any(e.get("trial") == number and e.get("round_mismatches") == 0 and verified_since(e, changed_at)
            for e in study.user_attrs.get(StudyAttr.FINALISTS) or []):
         return False
     done = study.get_trials(deepcopy=False)[number].datetime_complete
